@@ -1,0 +1,1 @@
+"""CASU evaluation harness."""

@@ -1,0 +1,1 @@
+"""Model adapters behind one small interface."""

