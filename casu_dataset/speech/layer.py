@@ -1,0 +1,179 @@
+"""The speech layer of a scene: voices for its speakers and one cached audio file per turn.
+
+Voices are assigned deterministically from (seed, scene id): a speaker's fixed `voice` wins;
+otherwise a voice of the speaker's gender and age group (a child role gets a child voice).
+The two speakers of a conversation never share a base voice unless the pool forces it, and
+then their measured median pitch must differ by at least MIN_SEMITONES.
+Synthesised turns are cached on disk by a hash of text, voice and engine version.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from ..script import SceneScript, Speaker
+from .engines import EngineError, get_engine
+from .pitch import median_f0, semitones
+from .voices import Voice, VoiceRegistry, speak
+
+MIN_SEMITONES = 3.0
+PITCH_PROBE = "The weather today is calm and clear, and the market opens at nine."
+SPEECH_CACHE_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+
+
+class VoiceAssignmentError(ValueError):
+    pass
+
+
+class TurnTooLongError(ValueError):
+    pass
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class SpeechSynth:
+    """Synthesise and cache turns; also measures (and caches) each voice's median pitch."""
+
+    def __init__(self, cache_dir: str | Path | None = None):
+        self.dir = Path(cache_dir or default_cache_dir()) / "speech"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._pitch: dict[str, float] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def turn_path(self, text: str, voice: Voice) -> Path:
+        k = _key(SPEECH_CACHE_VERSION, text.strip(), voice.to_dict(), get_engine(voice.engine).version())
+        return self.dir / k[:2] / f"{k}.wav"
+
+    def synthesize(self, text: str, voice: Voice, where: str = "turn") -> Path:
+        """Path of a float32 WAV of `text` in `voice`, synthesising it on a cache miss."""
+        p = self.turn_path(text, voice)
+        if p.is_file():
+            self.hits += 1
+            return p
+        self.misses += 1
+        audio, sr = speak(text, voice, where)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        sf.write(tmp, audio, sr, subtype="FLOAT", format="WAV")
+        os.replace(tmp, p)  # atomic: a killed build never leaves a half-written turn
+        return p
+
+    def voice_pitch(self, voice: Voice) -> float:
+        """Median f0 (Hz) of the voice on a fixed probe sentence; cached on disk."""
+        if voice.id in self._pitch:
+            return self._pitch[voice.id]
+        p = self.turn_path(PITCH_PROBE, voice).with_suffix(".f0.json")
+        if p.is_file():
+            f0 = json.loads(p.read_text())["f0"]
+        else:
+            audio, sr = sf.read(self.synthesize(PITCH_PROBE, voice, "pitch probe"), dtype="float32")
+            f0 = median_f0(audio, sr)
+            p.write_text(json.dumps({"f0": f0, "voice": voice.id}))
+        self._pitch[voice.id] = f0
+        return f0
+
+
+def candidates(speaker: Speaker, registry: VoiceRegistry) -> list[Voice]:
+    age = "child" if speaker.age == "child" else "adult"
+    pool = [v for v in registry.voices if v.gender == speaker.gender and v.age == age]
+    if not pool and age == "child":
+        pool = [v for v in registry.voices if v.age == "child"]
+    return pool
+
+
+def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth | None = None,
+                  exclude: dict[str, set[str]] | None = None) -> dict[str, Voice]:
+    """speaker id -> Voice, deterministic from (seed, scene id). `exclude` removes voice ids
+    per speaker (used when a voice failed the intelligibility check)."""
+    h = int(hashlib.sha256(script.id.encode()).hexdigest()[:8], 16)
+    rng = np.random.default_rng([int(seed), h, 0x70CE])
+    exclude = exclude or {}
+    chosen: dict[str, Voice] = {}
+    for sp in script.speakers:
+        if sp.voice:
+            if sp.voice not in registry:
+                raise VoiceAssignmentError(f"scene {script.id}: speaker {sp.id}: unknown voice {sp.voice!r}")
+            chosen[sp.id] = registry[sp.voice]
+            continue
+        pool = [v for v in candidates(sp, registry) if v.id not in exclude.get(sp.id, set())]
+        if not pool:
+            raise VoiceAssignmentError(
+                f"scene {script.id}: speaker {sp.id}: no {sp.age} {sp.gender} voice left in the pool")
+        others = list(chosen.values())
+        distinct = [v for v in pool if all(v.base_id != o.base_id and v.id != o.id for o in others)]
+        if distinct:
+            pool = distinct
+        elif others:
+            # The pool forces a shared base: only voices at least MIN_SEMITONES apart qualify.
+            if synth is None:
+                raise VoiceAssignmentError(f"scene {script.id}: speaker {sp.id}: shared base voice needs a pitch check")
+            pool = [v for v in pool if v.id not in {o.id for o in others}
+                    and all(semitones(synth.voice_pitch(v), synth.voice_pitch(o)) >= MIN_SEMITONES for o in others)]
+            if not pool:
+                raise VoiceAssignmentError(
+                    f"scene {script.id}: speaker {sp.id}: every candidate voice is within {MIN_SEMITONES} "
+                    f"semitones of {', '.join(o.id for o in others)}")
+        chosen[sp.id] = pool[int(rng.integers(len(pool)))]
+    return chosen
+
+
+@dataclass
+class SpeechLayer:
+    voices: dict[str, Voice]
+    turn_paths: list[Path]
+    checks: list[dict]          # per turn: transcript, wer, flagged
+    attempts: int
+
+    def annotation(self) -> dict:
+        return {"voices": {k: v.to_dict() for k, v in self.voices.items()},
+                "intelligibility": self.checks, "voice_attempts": self.attempts}
+
+
+def build_speech_layer(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth,
+                       checker=None, max_wer: float = 0.5, max_attempts: int = 3) -> SpeechLayer:
+    """Synthesise every turn; with a checker, a speaker whose turn exceeds max_wer gets
+    another voice (whole speaker, so one person keeps one voice) up to max_attempts, after
+    which the turn is flagged in the annotation."""
+    exclude: dict[str, set[str]] = {}
+    for attempt in range(1, max_attempts + 1):
+        voices = assign_voices(script, registry, seed, synth, exclude)
+        paths = []
+        for i, t in enumerate(script.turns):
+            try:
+                paths.append(synth.synthesize(t.text, voices[t.speaker], f"scene {script.id} turns[{i}]"))
+            except EngineError as err:
+                raise EngineError(f"scene {script.id}: turns[{i}] ({t.speaker}, {voices[t.speaker].id}): {err}") from None
+            dur = sf.info(str(paths[-1])).duration
+            if dur > script.max_duration:
+                raise TurnTooLongError(f"scene {script.id}: turns[{i}]: synthesised speech is {dur:.1f} s, "
+                                       f"longer than the {script.max_duration:g} s scene")
+        checks = []
+        if checker is not None:
+            checks = [checker.check_file(p, t.text) for p, t in zip(paths, script.turns)]
+            for c in checks:
+                c["flagged"] = c["wer"] > max_wer
+            bad = {t.speaker for t, c in zip(script.turns, checks) if c["flagged"]}
+            fixable = {s for s in bad if not script.speaker(s).voice}
+            if fixable and attempt < max_attempts:
+                try:
+                    for s in fixable:
+                        exclude.setdefault(s, set()).add(voices[s].id)
+                    assign_voices(script, registry, seed, synth, exclude)
+                    continue
+                except VoiceAssignmentError:
+                    pass  # no other voice: keep this one and flag the turns
+        return SpeechLayer(voices, paths, checks, attempt)
+    raise AssertionError("unreachable")
