@@ -216,12 +216,12 @@ class ZonosEngine(Engine):
 
     def synthesize(self, text, base="", tempo=1.0):
         import torch
-        from zonos.conditioning import make_cond_dict
 
         from ..audio_io import load_audio
+        model, device = self._model()  # raises EngineError when zonos or its weights are missing
+        from zonos.conditioning import make_cond_dict
         if not base or not Path(base).is_file():
             raise EngineError(f"zonos: reference speaker clip {base!r} not found")
-        model, device = self._model()
         ref = torch.from_numpy(load_audio(base, 16000)).unsqueeze(0)
         speaker = model.make_speaker_embedding(ref, 16000)
         torch.manual_seed(0)  # Zonos samples its codes; a fixed seed keeps a voice reproducible

@@ -97,37 +97,42 @@ def candidates(speaker: Speaker, registry: VoiceRegistry) -> list[Voice]:
 def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth | None = None,
                   exclude: dict[str, set[str]] | None = None) -> dict[str, Voice]:
     """speaker id -> Voice, deterministic from (seed, scene id). `exclude` removes voice ids
-    per speaker (used when a voice failed the intelligibility check)."""
+    per speaker (used when a voice failed the intelligibility check).
+
+    Two speakers are drawn as a pair, uniformly among the valid pairs: pairs with distinct
+    base voices when any exist, otherwise same-base pairs at least MIN_SEMITONES apart in
+    measured median pitch."""
     h = int(hashlib.sha256(script.id.encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng([int(seed), h, 0x70CE])
     exclude = exclude or {}
-    chosen: dict[str, Voice] = {}
+    pools = []
     for sp in script.speakers:
         if sp.voice:
             if sp.voice not in registry:
                 raise VoiceAssignmentError(f"scene {script.id}: speaker {sp.id}: unknown voice {sp.voice!r}")
-            chosen[sp.id] = registry[sp.voice]
+            pools.append([registry[sp.voice]])
             continue
         pool = [v for v in candidates(sp, registry) if v.id not in exclude.get(sp.id, set())]
         if not pool:
             raise VoiceAssignmentError(
                 f"scene {script.id}: speaker {sp.id}: no {sp.age} {sp.gender} voice left in the pool")
-        others = list(chosen.values())
-        distinct = [v for v in pool if all(v.base_id != o.base_id and v.id != o.id for o in others)]
-        if distinct:
-            pool = distinct
-        elif others:
-            # The pool forces a shared base: only voices at least MIN_SEMITONES apart qualify.
-            if synth is None:
-                raise VoiceAssignmentError(f"scene {script.id}: speaker {sp.id}: shared base voice needs a pitch check")
-            pool = [v for v in pool if v.id not in {o.id for o in others}
-                    and all(semitones(synth.voice_pitch(v), synth.voice_pitch(o)) >= MIN_SEMITONES for o in others)]
-            if not pool:
-                raise VoiceAssignmentError(
-                    f"scene {script.id}: speaker {sp.id}: every candidate voice is within {MIN_SEMITONES} "
-                    f"semitones of {', '.join(o.id for o in others)}")
-        chosen[sp.id] = pool[int(rng.integers(len(pool)))]
-    return chosen
+        pools.append(pool)
+    ids = [sp.id for sp in script.speakers]
+    if len(pools) == 1:
+        return {ids[0]: pools[0][int(rng.integers(len(pools[0])))]}
+    pairs = [(a, b) for a in pools[0] for b in pools[1] if a.base_id != b.base_id]
+    if not pairs:
+        # The pool forces a shared base: only pairs far enough apart in pitch qualify.
+        if synth is None:
+            raise VoiceAssignmentError(f"scene {script.id}: shared base voice needs a pitch check (no synth)")
+        pairs = [(a, b) for a in pools[0] for b in pools[1]
+                 if a.id != b.id and semitones(synth.voice_pitch(a), synth.voice_pitch(b)) >= MIN_SEMITONES]
+        if not pairs:
+            raise VoiceAssignmentError(
+                f"scene {script.id}: speakers {ids[0]} and {ids[1]}: every pair of candidate voices is within "
+                f"{MIN_SEMITONES} semitones ({', '.join(v.id for v in pools[0])} / {', '.join(v.id for v in pools[1])})")
+    a, b = pairs[int(rng.integers(len(pairs)))]
+    return {ids[0]: a, ids[1]: b}
 
 
 @dataclass

@@ -64,9 +64,13 @@ _BASES = [
 ]
 _B = {v.id: v for v in _BASES}
 _DERIVED = [
+    # Female adults have one base voice (slt), so their seeds were picked for spread
+    # (-2.96, -2.45, -1.45, +1.32, +2.78 st): two women in one scene can be >= 3 st apart.
     derive(_B["flite-slt"], 1, vid="flite-slt-a"),
     derive(_B["flite-slt"], 2, vid="flite-slt-b"),
-    derive(_B["flite-slt"], 3, vid="flite-slt-c"),
+    derive(_B["flite-slt"], 21, vid="flite-slt-c"),
+    derive(_B["flite-slt"], 17, vid="flite-slt-d"),
+    derive(_B["flite-slt"], 6, vid="flite-slt-e"),
     derive(_B["piper-joe"], 1, vid="piper-joe-a"),
     derive(_B["piper-joe"], 2, vid="piper-joe-b"),
     derive(_B["flite-rms"], 1, vid="flite-rms-a"),

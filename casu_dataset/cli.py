@@ -1,0 +1,169 @@
+"""`python -m casu_dataset COMMAND`: compose, regenerate, demo, retrieval-eval, voices."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+EXAMPLES = Path(__file__).parent / "scenarios" / "examples"
+
+
+def _scripts(paths: list[str]):
+    from .script import load_script
+    files = []
+    for p in paths:
+        p = Path(p)
+        files += sorted(p.glob("*.y*ml")) + sorted(p.glob("*.json")) if p.is_dir() else [p]
+    return [(f, load_script(f)) for f in files]
+
+
+def _builder(args):
+    from .catalog import Catalog
+    from .mixer import MixConfig
+    from .realize import SceneBuilder
+    from .retrieval import Embedder, Retriever
+    from .speech.layer import SpeechSynth
+    from .speech.voices import VoiceRegistry
+    cache = Path(args.cache) if args.cache else None
+    catalog = Catalog.embedded()
+    retriever = Retriever(catalog, Embedder(args.embedding_model), alpha=args.alpha, cache_dir=cache)
+    checker = None
+    if args.check_speech:
+        from .speech.intelligibility import WhisperChecker
+        checker = WhisperChecker()
+    cfg = MixConfig(fixed_duration=args.duration) if args.duration else MixConfig()
+    return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker)
+
+
+def cmd_compose(args) -> int:
+    from .script import ScriptError
+    try:
+        scripts = _scripts(args.scripts)
+    except ScriptError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    builder = _builder(args)
+    out = Path(args.out)
+    failed = 0
+    for path, script in scripts:
+        t = time.perf_counter()
+        try:
+            res = builder.build(script, args.seed)
+        except Exception as err:  # one bad scene does not stop the others
+            failed += 1
+            print(f"skip {path}: {type(err).__name__}: {err}", file=sys.stderr)
+            continue
+        d = res.write(out / script.id)
+        a = res.annotation
+        print(f"{script.id}: {a['duration']:.1f} s, bed {a['background']['clip_id']}, "
+              f"events {[e['clip_id'] for e in a['events']]}, voices "
+              f"{ {k: v['id'] for k, v in a['extra']['speech']['voices'].items()} } -> {d} ({time.perf_counter() - t:.1f} s)")
+    return 1 if failed else 0
+
+
+def cmd_regenerate(args) -> int:
+    import numpy as np
+    from .audio_io import load_audio
+    from .bank import bank_dir
+    from .mixer import regenerate
+    res = regenerate(args.annotation, search_dirs=[bank_dir() / "audio", *args.search])
+    if args.out:
+        d = res.write(args.out)
+        print(f"regenerated {res.annotation['scene_id']} -> {d}")
+    if args.check:
+        ref = load_audio(args.check)
+        same = ref.shape == res.mixture.shape and np.array_equal(ref, res.mixture)
+        print(f"{args.check}: {'bit-identical' if same else 'DIFFERENT'}")
+        return 0 if same else 1
+    return 0
+
+
+def cmd_demo(args) -> int:
+    args.scripts = [str(EXAMPLES)]
+    args.check_speech = True
+    print(f"demo: composing the example scenes in {EXAMPLES} -> {args.out}")
+    rc = cmd_compose(args)
+    print(f"demo: wrote {len(list(Path(args.out).glob('*/mixture.wav')))} scenes under {args.out}/ "
+          "(mixture.wav, stems/*.wav, annotation.json each)")
+    return rc
+
+
+def cmd_retrieval_eval(args) -> int:
+    from .catalog import Catalog
+    from .retrieval import Embedder, Retriever
+    from .retrieval_eval import DEFAULT_QUERIES, evaluate, format_table, load_queries
+    r = Retriever(Catalog.embedded(), Embedder(args.embedding_model), cache_dir=args.cache)
+    queries = load_queries(args.queries or DEFAULT_QUERIES)
+    alphas = [float(a) for a in args.alphas.split(",")]
+    print(f"{len(queries)} queries against {r.catalog.name} ({len(r.catalog)} clips), model {r.embedder.model_name}")
+    print(format_table(evaluate(r, queries, alphas)))
+    return 0
+
+
+def cmd_voices(args) -> int:
+    from .speech.intelligibility import DEFAULT_MAX_WER, SENTENCES, WhisperChecker, voice_wer_table
+    from .speech.layer import SpeechSynth
+    from .speech.voices import VoiceRegistry
+    reg = VoiceRegistry().available()
+    sentences = SENTENCES[: args.sentences] if args.sentences else SENTENCES
+    rows = voice_wer_table(reg, SpeechSynth(args.cache), WhisperChecker(), sentences)
+    print("| voice | engine | gender | age | pitch (st) | tempo | WER | kept |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['voice']} | {r['engine']} | {r['gender']} | {r['age']} | {r['pitch_st']:+.2f} | "
+              f"{r['tempo']:.3f} | {r['wer']:.3f} | {'yes' if r['wer'] <= DEFAULT_MAX_WER else 'no'} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def _common(p):
+    p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
+    p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
+    p.add_argument("--alpha", type=float, default=0.6, help="matching-score weight of the description (0..1)")
+    p.add_argument("--embedding-model", default=None, help="sentence-transformers name or path (default MiniLM)")
+    p.add_argument("--duration", type=float, default=None, help="fixed scene length in s (default: fit, <= 30)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m casu_dataset", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("compose", help="build scenes from script files or folders")
+    p.add_argument("scripts", nargs="+", help="scene script files (.yaml/.json) or folders")
+    p.add_argument("--out", required=True, help="output folder; one sub-folder per scene")
+    p.add_argument("--check-speech", action="store_true", help="run the Whisper intelligibility check")
+    _common(p)
+    p.set_defaults(fn=cmd_compose)
+    p = sub.add_parser("regenerate", help="rebuild a scene from its annotation.json")
+    p.add_argument("annotation")
+    p.add_argument("--out", help="write the regenerated scene here")
+    p.add_argument("--check", help="compare with this mixture.wav; exit 1 unless bit-identical")
+    p.add_argument("--search", nargs="*", default=[], help="extra folders to look for moved sources")
+    p.set_defaults(fn=cmd_regenerate)
+    p = sub.add_parser("demo", help="compose the example scenes")
+    p.add_argument("--out", default="demo_out")
+    _common(p)
+    p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("retrieval-eval", help="precision@1/@5 of retrieval on a query file")
+    p.add_argument("--queries", default=None, help="TSV query file (default: the shipped 160 queries)")
+    p.add_argument("--alphas", default="0,0.25,0.5,0.6,0.75,1")
+    p.add_argument("--cache", default=None)
+    p.add_argument("--embedding-model", default=None)
+    p.set_defaults(fn=cmd_retrieval_eval)
+    p = sub.add_parser("voices", help="per-voice WER table over the fixed sentence set")
+    p.add_argument("--sentences", type=int, default=0, help="use only the first N sentences")
+    p.add_argument("--json", default=None, help="also write the table as JSON here")
+    p.add_argument("--cache", default=None)
+    p.set_defaults(fn=cmd_voices)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

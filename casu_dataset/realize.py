@@ -1,0 +1,64 @@
+"""Script -> layers -> mix for one scene: retrieve the bed and events, synthesise the speech,
+compose. Every choice is drawn from (seed, scene id) and written to the annotation."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .mixer import ClipCache, MixConfig, MixResult, SceneSources, SourceRef, compose
+from .retrieval import Retriever
+from .script import SceneScript
+from .speech.layer import SpeechSynth, build_speech_layer
+from .speech.voices import VoiceRegistry
+
+
+@dataclass
+class SceneBuilder:
+    retriever: Retriever
+    synth: SpeechSynth
+    registry: VoiceRegistry
+    mix_config: MixConfig
+    checker: object | None = None     # WhisperChecker, or None to skip the intelligibility check
+    max_wer: float = 0.5
+    min_score: float | None = None    # refuse matches below this score
+    tie_margin: float = 0.02
+    cache: ClipCache | None = None
+
+    def __post_init__(self):
+        self.cache = self.cache or ClipCache(self.mix_config.sample_rate)
+
+    def retrieve(self, script: SceneScript, seed: int) -> dict:
+        h = int(hashlib.sha256(script.id.encode()).hexdigest()[:8], 16)
+        rng = np.random.default_rng([int(seed), h, 0x5EED])
+        bed = self.retriever.choose(script.background.description, script.background.keywords, rng,
+                                    tie_margin=self.tie_margin, min_score=self.min_score, kind="background",
+                                    min_duration=script.max_duration, allow_loop=True)
+        used, events = {bed.clip.id}, []
+        for e in script.events:
+            m = self.retriever.choose(e.description, e.keywords, rng, tie_margin=self.tie_margin,
+                                      min_score=self.min_score, kind="event", exclude=used)
+            used.add(m.clip.id)
+            events.append(m)
+        return {"background": bed, "events": events}
+
+    def build(self, script: SceneScript, seed: int) -> MixResult:
+        found = self.retrieve(script, seed)
+        speech = build_speech_layer(script, self.registry, seed, self.synth, self.checker, self.max_wer)
+        sources = SceneSources(
+            SourceRef(found["background"].clip.path, found["background"].clip.id),
+            [SourceRef(str(p), f"tts:{p.stem[:16]}") for p in speech.turn_paths],
+            [SourceRef(m.clip.path, m.clip.id) for m in found["events"]])
+        retrieval = {"alpha": self.retriever.alpha, "model": self.retriever.embedder.model_name,
+                     "catalog": self.retriever.catalog.name, "catalog_fingerprint": self.retriever.catalog.fingerprint(),
+                     "background": _match(found["background"]), "events": [_match(m) for m in found["events"]]}
+        return compose(script, sources, seed, self.mix_config, self.cache,
+                       extra={"retrieval": retrieval, "speech": speech.annotation()})
+
+
+def _match(m) -> dict:
+    c = m.clip
+    return {"clip_id": c.id, "score": round(m.score, 6), "desc_sim": round(m.desc_sim, 6),
+            "kw_sim": round(m.kw_sim, 6), "caption": c.caption, "license": c.license,
+            "author": c.author, "source": c.source}
