@@ -70,12 +70,25 @@ def gated_lufs(kw: np.ndarray, sr: int) -> float:
     # Same float expression as pyloudnorm, so block bounds match it sample for sample.
     lo = (BLOCK_S * (j * (1 - OVERLAP)) * sr).astype(np.int64)
     hi = np.minimum(lo + block, n)
-    # Block energies from partial sums at the block edges only: one pass over the signal
-    # (reduceat, accumulated in float64) instead of a full-length cumulative sum.
-    edges, inv = np.unique(np.concatenate([lo, hi]), return_inverse=True)
-    seg = np.add.reduceat(np.square(kw), edges[:-1], dtype=np.float64) if edges.size > 1 else np.zeros(0)
-    csum = np.concatenate([[0.0], np.cumsum(seg)])
-    z = (csum[inv[num_blocks:]] - csum[inv[:num_blocks]]) / block
+    hop = int(round(BLOCK_S * (1 - OVERLAP) * sr))
+    if np.array_equal(lo, hop * j) and block == 4 * hop:
+        # Regular blocks (every common rate): energy per hop by a reshaped dot product, then
+        # each block is the sum of four consecutive hops. Same sums as pyloudnorm's, faster.
+        nh = num_blocks + 3
+        seg = np.zeros(nh, dtype=np.float64)
+        full = min(nh, n // hop)
+        r = kw[: full * hop].reshape(full, hop)
+        seg[:full] = np.einsum("ij,ij->i", r, r)
+        if full < nh and n > full * hop:
+            tail = kw[full * hop:]
+            seg[full] = float(np.dot(tail, tail))
+        z = np.lib.stride_tricks.sliding_window_view(seg, 4).sum(axis=1)[:num_blocks] / block
+    else:
+        # Block energies from partial sums at the block edges only (reduceat in float64).
+        edges, inv = np.unique(np.concatenate([lo, hi]), return_inverse=True)
+        seg = np.add.reduceat(np.square(kw), edges[:-1], dtype=np.float64) if edges.size > 1 else np.zeros(0)
+        csum = np.concatenate([[0.0], np.cumsum(seg)])
+        z = (csum[inv[num_blocks:]] - csum[inv[:num_blocks]]) / block
     with np.errstate(divide="ignore"):
         lj = -0.691 + 10.0 * np.log10(z)
     keep = lj >= ABS_GATE

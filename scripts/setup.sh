@@ -8,15 +8,15 @@ VENV=.venv
 KEY=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 STAMP="$VENV/.casu-setup-$KEY"
 
-need_flite() { ! command -v flite >/dev/null 2>&1; }
+need_flite() { ! command -v flite >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1; }
 install_flite() {
   if need_flite; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-      echo "setup: installing Debian flite (extra TTS voices)"
-      (apt-get install -y -q flite >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q flite >/dev/null; }) \
-        || echo "setup: could not install flite; run: sudo apt-get install flite"
+      echo "setup: installing Debian flite and espeak-ng (extra TTS voices)"
+      (apt-get install -y -q flite espeak-ng >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q flite espeak-ng >/dev/null; }) \
+        || echo "setup: could not install flite; run: sudo apt-get install flite espeak-ng"
     else
-      echo "setup: flite voices are optional but recommended; run: sudo apt-get install flite"
+      echo "setup: flite voices are needed for female and child speakers; run: sudo apt-get install flite espeak-ng"
     fi
   fi
 }

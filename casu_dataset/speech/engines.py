@@ -88,9 +88,13 @@ class PiperEngine(Engine):
         audio = np.concatenate([c.audio_float_array for c in chunks]).astype(np.float32)
         return audio, int(chunks[0].sample_rate)
 
-    def version(self):
+    @functools.cached_property
+    def _version(self) -> str:
         from importlib.metadata import version
         return f"piper-tts {version('piper-tts')}; noise={self.noise}"
+
+    def version(self):
+        return self._version
 
 
 class _CommandEngine(Engine):
@@ -120,11 +124,14 @@ class _CommandEngine(Engine):
         return audio.mean(axis=1), sr
 
     def version(self):
-        try:
-            p = subprocess.run([self._bin(), "--version"], capture_output=True, text=True, timeout=10)
-            return (p.stdout or p.stderr).strip().splitlines()[0]
-        except (EngineError, OSError, IndexError):
-            return "unknown"
+        # Part of every turn's cache key: ask the binary once per process.
+        if not hasattr(self, "_version"):
+            try:
+                p = subprocess.run([self._bin(), "--version"], capture_output=True, text=True, timeout=10)
+                self._version = (p.stdout or p.stderr).strip().splitlines()[0]
+            except (EngineError, OSError, IndexError):
+                self._version = "unknown"
+        return self._version
 
 
 class FliteEngine(_CommandEngine):
