@@ -1,0 +1,1 @@
+"""Text LLM backends (local transformers, OpenAI-compatible HTTP) with a response cache."""
