@@ -123,6 +123,28 @@ def cmd_voices(args) -> int:
     return 0
 
 
+def cmd_validity(args) -> int:
+    from .catalog import Catalog
+    from .retrieval import Embedder, Retriever
+    from .scenarios.library import DEFAULT_DIR, all_questions, compile_library
+    from .validity import BLIND_TARGET, coverage, format_report, realisability, run_blind
+    scenes = compile_library(args.scenarios or DEFAULT_DIR)
+    qs = all_questions(scenes)
+    emb = Embedder()
+    lm = None
+    if not args.no_lm:
+        from .llm.local import LocalLM
+        lm = LocalLM(args.lm)
+    blind = run_blind(qs, emb, lm)
+    bad = realisability(scenes, Retriever(Catalog.embedded(), emb, cache_dir=args.cache))
+    report = format_report(coverage(scenes), blind, bad)
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report + "\n")
+    over = [k for k, v in blind.items() if isinstance(v, float) and v > BLIND_TARGET and "length" not in k]
+    return 1 if over or bad else 0
+
+
 def _common(p):
     p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
@@ -161,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the table as JSON here")
     p.add_argument("--cache", default=None)
     p.set_defaults(fn=cmd_voices)
+    p = sub.add_parser("validity", help="coverage counts, realisability and blind baselines of a scenario library")
+    p.add_argument("--scenarios", default=None, help="scenario folder (default: the shipped CASU-mini)")
+    p.add_argument("--lm", default="smollm2", help="text LM for the log-likelihood blind baseline")
+    p.add_argument("--no-lm", action="store_true", help="skip the LM baseline (it takes a few minutes on CPU)")
+    p.add_argument("--out", default=None, help="also write the Markdown report here")
+    p.add_argument("--cache", default=None)
+    p.set_defaults(fn=cmd_validity)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -1,0 +1,1 @@
+"""LLM agent pipeline (paper, Stage 1 scripts and figure 2c questions)."""
