@@ -1,4 +1,4 @@
-"""`python -m casu_dataset COMMAND`: compose, regenerate, demo, retrieval-eval, voices."""
+"""`python -m casu_dataset COMMAND`: compose, regenerate, demo, retrieval-eval, voices, validity, generate."""
 from __future__ import annotations
 
 import argparse
@@ -145,6 +145,34 @@ def cmd_validity(args) -> int:
     return 1 if over or bad else 0
 
 
+def cmd_generate(args) -> int:
+    """Agent pipeline for new scenes: script agent -> narrator -> questions -> critic panel."""
+    from .agents.pipeline import run_pipeline
+    from .catalog import Catalog
+    from .llm.cache import CachedBackend, ResponseCache
+    if args.backend == "local":
+        from .llm.backends import LocalBackend
+        backend = LocalBackend(args.llm_model or "smollm2")
+    else:
+        from .llm.backends import OpenAIBackend
+        backend = OpenAIBackend(args.base_url, args.llm_model)
+    cache_dir = Path(args.cache) if args.cache else Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+    backend = CachedBackend(backend, ResponseCache(cache_dir / "llm_responses.sqlite"))
+    cat = Catalog.embedded()
+    types = {k: sorted({c.type for c in cat.clips if c.kind == k}) for k in ("background", "event")}
+    out = []
+    for i in range(args.n):
+        sid = f"gen_{args.place.replace(' ', '_')}_{args.seed}_{i}"
+        speech = args.speech_type if args.speech_type != "mixed" else ("monologue", "conversation")[i % 2]
+        r = run_pipeline(backend, sid, args.place, types, speech, k=args.k, m=args.m, retries=args.retries)
+        out.append({"id": sid, **r.to_dict()})
+        print(f"{sid}: script {'ok' if r.script else 'failed'}, kept {len(r.kept)}, rejected {len(r.rejected)}, "
+              f"failures {len(r.failures)}")
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}; cache hits {backend.cache.hits}, misses {backend.cache.misses}")
+    return 0
+
+
 def _common(p):
     p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
@@ -190,6 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="also write the Markdown report here")
     p.add_argument("--cache", default=None)
     p.set_defaults(fn=cmd_validity)
+    p = sub.add_parser("generate", help="LLM agent pipeline: scripts, descriptions and consensus-filtered questions")
+    p.add_argument("--place", required=True)
+    p.add_argument("--n", type=int, default=1, help="scenes to generate")
+    p.add_argument("--speech-type", default="mixed", choices=["monologue", "conversation", "mixed"])
+    p.add_argument("--backend", default="local", choices=["local", "openai"],
+                   help="local: a transformers model (default SmolLM2-135M); openai: any OpenAI-compatible server")
+    p.add_argument("--llm-model", default=None, help="model name or path (openai: also CASU_LLM_MODEL)")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible base URL (or CASU_LLM_BASE_URL); key from CASU_LLM_API_KEY")
+    p.add_argument("--k", type=int, default=3, help="critics in the panel")
+    p.add_argument("--m", type=int, default=2, help="critics that must agree with the proposed key")
+    p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="JSON file for scripts, descriptions, kept/rejected questions and votes")
+    p.add_argument("--cache", default=None)
+    p.set_defaults(fn=cmd_generate)
     args = ap.parse_args(argv)
     return args.fn(args)
 
