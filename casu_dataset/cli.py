@@ -173,6 +173,48 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_build(args) -> int:
+    from .build import build_dataset
+    from .scenarios.library import DEFAULT_DIR, LibraryError, compile_library
+    invalid: list[dict] = []
+    try:
+        scenes = compile_library(DEFAULT_DIR if args.scenarios in (None, "default") else args.scenarios, invalid)
+    except LibraryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    args.check_speech = not args.no_check_speech
+    builder = _builder(args)
+    command = "python -m casu_dataset " + " ".join(sys.argv[1:]) if args.record_command else "python -m casu_dataset build"
+    t = time.perf_counter()
+    rep = build_dataset(args.out, scenes, builder, seed=args.seed, cache_dir=args.cache, command=command,
+                        num_shards=args.num_shards, shard_index=args.shard_index, num_proc=args.num_proc,
+                        invalid=invalid)
+    print(f"built {len(rep.built)} scenes ({rep.cached} from cache), skipped {len(rep.skipped)} "
+          f"in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.seconds.items()))
+    for s in rep.skipped:
+        print(f"  skipped {s['scene_id']}: {s['reason']}")
+    print(f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, 'contextual_reasoning'))")
+    return 0
+
+
+def cmd_merge(args) -> int:
+    from .build import merge_folders
+    rep = merge_folders(args.out, args.shards)
+    print(f"merged {len(args.shards)} shards: {len(rep.built)} scenes, {len(rep.skipped)} skipped -> {args.out}")
+    return 0
+
+
+def cmd_push(args) -> int:
+    from .build import push
+    try:
+        info = push(args.folder, args.repo, private=args.private)
+    except Exception as err:  # auth and network errors: say what failed, never the token
+        print(f"error: push to {args.repo} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(f"pushed {args.folder} -> https://huggingface.co/datasets/{args.repo} ({getattr(info, 'oid', '')})")
+    return 0
+
+
 def _common(p):
     p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
@@ -218,6 +260,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="also write the Markdown report here")
     p.add_argument("--cache", default=None)
     p.set_defaults(fn=cmd_validity)
+    p = sub.add_parser("build", help="build the dataset folder (parquet + dataset card)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--scenarios", default="default", help="scenario folder or file (default: CASU-mini)")
+    p.add_argument("--num-shards", type=int, default=1, help="split the build into N deterministic slices")
+    p.add_argument("--shard-index", type=int, default=0, help="which slice to build (0..N-1)")
+    p.add_argument("--num-proc", type=int, default=1, help="worker processes on this machine")
+    p.add_argument("--no-check-speech", action="store_true", help="skip the Whisper intelligibility check")
+    p.add_argument("--record-command", action="store_true", help="write the exact command line into the card")
+    _common(p)
+    p.set_defaults(fn=cmd_build)
+    p = sub.add_parser("merge", help="join shard folders into one dataset")
+    p.add_argument("--out", required=True)
+    p.add_argument("shards", nargs="+")
+    p.set_defaults(fn=cmd_merge)
+    p = sub.add_parser("push", help="upload a built dataset folder to the Hugging Face Hub")
+    p.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
+    p.add_argument("--folder", default="casu", help="the built dataset folder")
+    p.add_argument("--private", action="store_true")
+    p.set_defaults(fn=cmd_push)
     p = sub.add_parser("generate", help="LLM agent pipeline: scripts, descriptions and consensus-filtered questions")
     p.add_argument("--place", required=True)
     p.add_argument("--n", type=int, default=1, help="scenes to generate")

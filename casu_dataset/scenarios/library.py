@@ -126,8 +126,11 @@ def _arrange(correct: str, distractors: list[str], letter: str) -> list[str]:
     return opts
 
 
-def compile_library(folder: str | Path = DEFAULT_DIR) -> list[Scene]:
-    """Every scenario and pair variant in `folder`, validated, with options placed."""
+def compile_library(folder: str | Path = DEFAULT_DIR, skipped: list[dict] | None = None) -> list[Scene]:
+    """Every scenario and pair variant in `folder`, validated, with options placed.
+
+    With `skipped` (a list), a scenario that fails validation is left out and recorded there
+    as {scene_id, reason} instead of stopping the whole library."""
     folder = Path(folder)
     files = sorted(folder.glob("*.yaml")) if folder.is_dir() else [folder]
     if not files:
@@ -148,32 +151,42 @@ def compile_library(folder: str | Path = DEFAULT_DIR) -> list[Scene]:
             letters[qid] = LETTERS[k % 4]
     scenes: list[Scene] = []
     for f, s in authored:
-        where = f"{f}: scenario {s.id}"
         try:
-            script = parse_script({**s.script, "id": s.id}, where)
-        except ScriptError as err:
-            raise LibraryError(str(err)) from None
-        _check_types(where, s, script)
-        tasks = {q.task for q in s.questions}
-        missing = [t for t in TASKS if t not in tasks]
-        if missing:
-            raise LibraryError(f"{where}: questions: no question for {', '.join(missing)}")
-        qs, by_id = [], {}
-        for q in s.questions:
-            if q.id in by_id:
-                raise LibraryError(f"{where}: questions: duplicate id {q.id!r}")
-            opts = [q.correct, *q.distractors]
-            if len({o.strip().lower() for o in opts}) != 4:
-                raise LibraryError(f"{where}: question {q.id}: options are not distinct")
-            letter = letters[f"{s.id}/{q.id}"]
-            qq = Question(f"{s.id}/{q.id}", s.id, q.task, q.q, _arrange(q.correct, q.distractors, letter),
-                          letter, q.why, list(q.layers))
-            by_id[q.id] = qq
-            qs.append(qq)
-        scenes.append(Scene(script, s.description.strip(), dict(s.types), qs, None, str(f)))
-        if s.pair:
-            scenes.append(_variant(where, s, script, by_id))
+            scenes.extend(_compile_one(f, s, letters))
+        except LibraryError as err:
+            if skipped is None:
+                raise
+            skipped.append({"scene_id": s.id, "reason": str(err)})
     return scenes
+
+
+def _compile_one(f: Path, s: Scenario, letters: dict[str, str]) -> list[Scene]:
+    where = f"{f}: scenario {s.id}"
+    try:
+        script = parse_script({**s.script, "id": s.id}, where)
+    except ScriptError as err:
+        raise LibraryError(str(err)) from None
+    _check_types(where, s, script)
+    tasks = {q.task for q in s.questions}
+    missing = [t for t in TASKS if t not in tasks]
+    if missing:
+        raise LibraryError(f"{where}: questions: no question for {', '.join(missing)}")
+    qs, by_id = [], {}
+    for q in s.questions:
+        if q.id in by_id:
+            raise LibraryError(f"{where}: questions: duplicate id {q.id!r}")
+        opts = [q.correct, *q.distractors]
+        if len({o.strip().lower() for o in opts}) != 4:
+            raise LibraryError(f"{where}: question {q.id}: options are not distinct")
+        letter = letters[f"{s.id}/{q.id}"]
+        qq = Question(f"{s.id}/{q.id}", s.id, q.task, q.q, _arrange(q.correct, q.distractors, letter),
+                      letter, q.why, list(q.layers))
+        by_id[q.id] = qq
+        qs.append(qq)
+    out = [Scene(script, s.description.strip(), dict(s.types), qs, None, str(f))]
+    if s.pair:
+        out.append(_variant(where, s, script, by_id))
+    return out
 
 
 def _check_types(where: str, s: Scenario, script: SceneScript) -> None:

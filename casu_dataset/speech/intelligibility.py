@@ -71,12 +71,17 @@ class WhisperChecker:
     """Transcribe with faster-whisper and score against the script text."""
 
     def __init__(self, model_path: str | None = None, device: str = "cpu", compute_type: str = "int8"):
-        from faster_whisper import WhisperModel
         self.model_path = model_path or default_model_path()
         if not Path(self.model_path).exists():
             raise RuntimeError(f"intelligibility: Whisper model {self.model_path} not found")
-        self.model = WhisperModel(self.model_path, device=device, compute_type=compute_type,
-                                  cpu_threads=max(1, os.cpu_count() or 1))
+        self.device, self.compute_type = device, compute_type
+
+    @functools.cached_property
+    def model(self):
+        # Loaded on first use: a rebuild served from the cache never pays for it.
+        from faster_whisper import WhisperModel
+        return WhisperModel(self.model_path, device=self.device, compute_type=self.compute_type,
+                            cpu_threads=max(1, os.cpu_count() or 1))
 
     def transcribe(self, audio: np.ndarray) -> str:
         # Greedy, no temperature fallback: the same audio always gives the same transcript.
