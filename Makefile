@@ -8,7 +8,10 @@ export TRANSFORMERS_OFFLINE := 1
 setup:
 	@bash scripts/setup.sh
 
+# Builds CASU-mini (113 scenes, 377 questions) into ./casu_mini and composes the example
+# scenes into ./demo_out. The harness run on the built set comes with the evaluation work.
 demo: setup
+	$(PY) -m casu_dataset build --out casu_mini --num-proc 2
 	$(PY) -m casu_dataset demo --out demo_out
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.

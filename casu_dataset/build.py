@@ -141,7 +141,8 @@ def build_settings(builder, seed: int, command: str) -> dict:
 
 def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_dir: str | Path | None = None,
                   progress: bool = True, command: str = "", num_shards: int = 1, shard_index: int = 0,
-                  num_proc: int = 1, invalid: list[dict] | None = None) -> BuildReport:
+                  num_proc: int = 1, invalid: list[dict] | None = None,
+                  builder_spec: dict | None = None) -> BuildReport:
     from tqdm import tqdm
     out = Path(out)
     cache_dir = Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu")) / "build"
@@ -153,7 +154,9 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
     mine = sorted((s for s in scenes if s.script.id in keep), key=lambda s: s.script.id)
     t0 = time.perf_counter()
     if num_proc > 1:
-        _prebuild_parallel(mine, seed, builder, cache_dir, num_proc, progress)
+        if builder_spec is None:
+            raise ValueError("--num-proc > 1 needs a builder spec (workers construct their own models)")
+        _prebuild_parallel(mine, seed, builder_spec, cache_dir, num_proc, progress)
     for scene in tqdm(mine, desc="scenes", disable=not progress):
         try:
             built, hit = build_scene(scene, seed, builder, cache_dir)
@@ -184,22 +187,30 @@ def write_folder(out: Path, rows: dict, report: BuildReport, settings: dict) -> 
 _POOL_STATE: dict = {}
 
 
+def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
+    from .realize import make_builder
+    # torch keeps its default thread count: its GEMM results depend on it, and retrieval
+    # scores are recorded in the annotation. Only Whisper's threads are split (spec).
+    _POOL_STATE.update(builder=make_builder(spec), seed=seed, cache_dir=cache_dir)
+
+
 def _pool_build(scene):
     st = _POOL_STATE
     try:
         build_scene(scene, st["seed"], st["builder"], st["cache_dir"])
         return None
-    except Exception as err:
+    except Exception as err:  # reported again, with the same reason, when the parent assembles
         return f"{type(err).__name__}: {err}"
 
 
-def _prebuild_parallel(scenes, seed, builder, cache_dir, num_proc, progress) -> None:
-    """Fill the scene cache with forked workers sharing the loaded models; the parent then
-    assembles the folder from the cache in a fixed order, so output is identical to num_proc=1."""
+def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, progress) -> None:
+    """Fill the scene cache with worker processes, then the parent assembles the folder from
+    the cache in a fixed order, so the output is identical to num_proc=1. Workers are spawned,
+    not forked: torch's and ctranslate2's thread pools deadlock in a forked child."""
     import multiprocessing as mp
     from tqdm import tqdm
-    _POOL_STATE.update(seed=seed, builder=builder, cache_dir=cache_dir)
-    with mp.get_context("fork").Pool(num_proc) as pool:
+    spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
+    with mp.get_context("spawn").Pool(num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)) as pool:
         for _ in tqdm(pool.imap_unordered(_pool_build, scenes), total=len(scenes), desc="scenes (parallel)",
                       disable=not progress):
             pass

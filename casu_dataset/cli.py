@@ -23,22 +23,14 @@ def _scripts(paths: list[str]):
     return [(f, load_script(f)) for f in files]
 
 
+def _spec(args) -> dict:
+    return {"cache": args.cache, "embedding_model": args.embedding_model, "alpha": args.alpha,
+            "check_speech": args.check_speech, "duration": args.duration}
+
+
 def _builder(args):
-    from .catalog import Catalog
-    from .mixer import MixConfig
-    from .realize import SceneBuilder
-    from .retrieval import Embedder, Retriever
-    from .speech.layer import SpeechSynth
-    from .speech.voices import VoiceRegistry
-    cache = Path(args.cache) if args.cache else None
-    catalog = Catalog.embedded()
-    retriever = Retriever(catalog, Embedder(args.embedding_model), alpha=args.alpha, cache_dir=cache)
-    checker = None
-    if args.check_speech:
-        from .speech.intelligibility import WhisperChecker
-        checker = WhisperChecker()
-    cfg = MixConfig(fixed_duration=args.duration) if args.duration else MixConfig()
-    return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker)
+    from .realize import make_builder
+    return make_builder(_spec(args))
 
 
 def cmd_compose(args) -> int:
@@ -188,7 +180,7 @@ def cmd_build(args) -> int:
     t = time.perf_counter()
     rep = build_dataset(args.out, scenes, builder, seed=args.seed, cache_dir=args.cache, command=command,
                         num_shards=args.num_shards, shard_index=args.shard_index, num_proc=args.num_proc,
-                        invalid=invalid)
+                        invalid=invalid, builder_spec=_spec(args))
     print(f"built {len(rep.built)} scenes ({rep.cached} from cache), skipped {len(rep.skipped)} "
           f"in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.seconds.items()))
     for s in rep.skipped:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -365,6 +366,14 @@ def _versions() -> dict:
 
 
 def _resolve_path(path: str, search_dirs: list[Path]) -> str:
+    if path.startswith("{"):
+        from .bank import bank_dir
+        token, _, rest = path.partition("}/")
+        roots = {"{bank": bank_dir(),
+                 "{speech_cache": Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu")) / "speech"}
+        if token in roots and (roots[token] / rest).is_file():
+            return str(roots[token] / rest)
+        path = rest  # fall through: look for the file name in the search folders
     if Path(path).is_file():
         return path
     for d in search_dirs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -53,8 +54,27 @@ class SceneBuilder:
         retrieval = {"alpha": self.retriever.alpha, "model": self.retriever.embedder.model_name,
                      "catalog": self.retriever.catalog.name, "catalog_fingerprint": self.retriever.catalog.fingerprint(),
                      "background": _match(found["background"]), "events": [_match(m) for m in found["events"]]}
-        return compose(script, sources, seed, self.mix_config, self.cache,
-                       extra={"retrieval": retrieval, "speech": speech.annotation()})
+        res = compose(script, sources, seed, self.mix_config, self.cache,
+                      extra={"retrieval": retrieval, "speech": speech.annotation()})
+        res.annotation = portable_paths(res.annotation, {"{speech_cache}": self.synth.dir})
+        return res
+
+
+def portable_paths(ann: dict, roots: dict) -> dict:
+    """Source paths relative to named roots ({bank}, {speech_cache}), so an annotation, and
+    the dataset holding it, is the same on every machine; `regenerate` expands them back."""
+    from .bank import bank_dir
+    roots = {"{bank}": bank_dir(), **roots}
+
+    def rel(path: str) -> str:
+        for token, root in roots.items():
+            root = str(Path(root).resolve())
+            if path.startswith(root + "/"):
+                return token + path[len(root):]
+        return path
+    for entry in [ann["background"], *ann["turns"], *ann["events"]]:
+        entry["path"] = rel(str(Path(entry["path"]).resolve()))
+    return ann
 
 
 def _match(m) -> dict:
@@ -62,3 +82,21 @@ def _match(m) -> dict:
     return {"clip_id": c.id, "score": round(m.score, 6), "desc_sim": round(m.desc_sim, 6),
             "kw_sim": round(m.kw_sim, 6), "caption": c.caption, "license": c.license,
             "author": c.author, "source": c.source}
+
+
+def make_builder(spec: dict) -> SceneBuilder:
+    """A SceneBuilder from plain settings (picklable, so worker processes can build their own)."""
+    from pathlib import Path
+
+    from .catalog import Catalog
+    from .retrieval import Embedder
+    from .speech.voices import VoiceRegistry
+    cache = Path(spec["cache"]) if spec.get("cache") else None
+    retriever = Retriever(Catalog.embedded(), Embedder(spec.get("embedding_model")), alpha=spec.get("alpha", 0.6),
+                          cache_dir=cache)
+    checker = None
+    if spec.get("check_speech", True):
+        from .speech.intelligibility import WhisperChecker
+        checker = WhisperChecker(cpu_threads=spec.get("threads"))
+    cfg = MixConfig(fixed_duration=spec["duration"]) if spec.get("duration") else MixConfig()
+    return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker)

@@ -158,3 +158,16 @@ def test_push_sends_exactly_the_folder(built):
     assert commit["repo_type"] == "dataset" and [o.path_in_repo for o in commit["operations"]] == paths
     with pytest.raises(ValueError, match="expected ORG/NAME"):
         push(out, "noslash", api=api)
+
+
+def test_num_proc_builds_the_same_bytes(built, work):
+    from casu_dataset.build import build_dataset
+    out, rep, scenes, invalid = built
+    spec = {"cache": str(work / "cache_mp"), "check_speech": True, "alpha": 0.6}
+    from casu_dataset.realize import make_builder
+    b = make_builder(spec)
+    rep6 = build_dataset(work / "mp", scenes, b, seed=1, cache_dir=work / "cache_mp", progress=False,
+                         num_proc=2, invalid=invalid, builder_spec=spec)
+    assert rep6.built == rep.built
+    a, b = _bytes(out), _bytes(work / "mp")
+    assert [k for k in a if a[k] != b.get(k)] == []

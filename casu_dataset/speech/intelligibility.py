@@ -70,7 +70,9 @@ def default_model_path() -> str:
 class WhisperChecker:
     """Transcribe with faster-whisper and score against the script text."""
 
-    def __init__(self, model_path: str | None = None, device: str = "cpu", compute_type: str = "int8"):
+    def __init__(self, model_path: str | None = None, device: str = "cpu", compute_type: str = "int8",
+                 cpu_threads: int | None = None):
+        self.cpu_threads = cpu_threads or max(1, os.cpu_count() or 1)
         self.model_path = model_path or default_model_path()
         if not Path(self.model_path).exists():
             raise RuntimeError(f"intelligibility: Whisper model {self.model_path} not found")
@@ -81,7 +83,7 @@ class WhisperChecker:
         # Loaded on first use: a rebuild served from the cache never pays for it.
         from faster_whisper import WhisperModel
         return WhisperModel(self.model_path, device=self.device, compute_type=self.compute_type,
-                            cpu_threads=max(1, os.cpu_count() or 1))
+                            cpu_threads=self.cpu_threads)
 
     def transcribe(self, audio: np.ndarray) -> str:
         # Greedy, no temperature fallback: the same audio always gives the same transcript.

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from ..audio_io import wav_bytes
 from ..script import SceneScript, Speaker
 from .engines import EngineError, get_engine
 from .pitch import median_f0, semitones
@@ -24,7 +25,7 @@ from .voices import Voice, VoiceRegistry, speak
 
 MIN_SEMITONES = 3.0
 PITCH_PROBE = "The weather today is calm and clear, and the market opens at nine."
-SPEECH_CACHE_VERSION = 1
+SPEECH_CACHE_VERSION = 2  # 2: deterministic WAV bytes
 
 
 def default_cache_dir() -> Path:
@@ -67,7 +68,9 @@ class SpeechSynth:
         audio, sr = speak(text, voice, where)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        sf.write(tmp, audio, sr, subtype="FLOAT", format="WAV")
+        # Our WAV writer, not libsndfile's: its PEAK chunk holds a timestamp, and the file's
+        # hash is recorded in every annotation that uses the turn.
+        tmp.write_bytes(wav_bytes(audio, sr))
         os.replace(tmp, p)  # atomic: a killed build never leaves a half-written turn
         return p
 
