@@ -25,7 +25,8 @@ def _scripts(paths: list[str]):
 
 def _spec(args) -> dict:
     return {"cache": args.cache, "embedding_model": args.embedding_model, "alpha": args.alpha,
-            "check_speech": args.check_speech, "duration": args.duration}
+            "check_speech": args.check_speech, "duration": args.duration,
+            "catalogs": getattr(args, "catalog", None) or ["embedded"]}
 
 
 def _builder(args):
@@ -183,6 +184,8 @@ def cmd_build(args) -> int:
                         invalid=invalid, builder_spec=_spec(args))
     print(f"built {len(rep.built)} scenes ({rep.cached} from cache), skipped {len(rep.skipped)} "
           f"in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.seconds.items()))
+    if args.num_proc == 1:
+        print("  per stage (this process): " + ", ".join(f"{k} {v:.1f} s" for k, v in builder.timings.items()))
     for s in rep.skipped:
         print(f"  skipped {s['scene_id']}: {s['reason']}")
     print(f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, 'contextual_reasoning'))")
@@ -260,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-proc", type=int, default=1, help="worker processes on this machine")
     p.add_argument("--no-check-speech", action="store_true", help="skip the Whisper intelligibility check")
     p.add_argument("--record-command", action="store_true", help="write the exact command line into the card")
+    p.add_argument("--catalog", action="append", default=None,
+                   help="sound catalog (repeatable, merged): embedded (default), a manifest.json, "
+                        "clotho:CSV:AUDIO_DIR[:META], fsd50k:CSV:AUDIO_DIR or arca23k:CSV:AUDIO_DIR")
     _common(p)
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("merge", help="join shard folders into one dataset")

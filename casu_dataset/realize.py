@@ -29,6 +29,7 @@ class SceneBuilder:
 
     def __post_init__(self):
         self.cache = self.cache or ClipCache(self.mix_config.sample_rate)
+        self.timings = {"retrieve": 0.0, "speech+check": 0.0, "mix": 0.0}
 
     def retrieve(self, script: SceneScript, seed: int) -> dict:
         h = int(hashlib.sha256(script.id.encode()).hexdigest()[:8], 16)
@@ -45,8 +46,14 @@ class SceneBuilder:
         return {"background": bed, "events": events}
 
     def build(self, script: SceneScript, seed: int) -> MixResult:
+        import time
+        t0 = time.perf_counter()
         found = self.retrieve(script, seed)
+        t1 = time.perf_counter()
         speech = build_speech_layer(script, self.registry, seed, self.synth, self.checker, self.max_wer)
+        t2 = time.perf_counter()
+        self.timings["retrieve"] += t1 - t0
+        self.timings["speech+check"] += t2 - t1
         sources = SceneSources(
             SourceRef(found["background"].clip.path, found["background"].clip.id),
             [SourceRef(str(p), f"tts:{p.stem[:16]}") for p in speech.turn_paths],
@@ -57,6 +64,7 @@ class SceneBuilder:
         res = compose(script, sources, seed, self.mix_config, self.cache,
                       extra={"retrieval": retrieval, "speech": speech.annotation()})
         res.annotation = portable_paths(res.annotation, {"{speech_cache}": self.synth.dir})
+        self.timings["mix"] += time.perf_counter() - t2
         return res
 
 
@@ -92,7 +100,11 @@ def make_builder(spec: dict) -> SceneBuilder:
     from .retrieval import Embedder
     from .speech.voices import VoiceRegistry
     cache = Path(spec["cache"]) if spec.get("cache") else None
-    retriever = Retriever(Catalog.embedded(), Embedder(spec.get("embedding_model")), alpha=spec.get("alpha", 0.6),
+    catalog = None
+    for c in spec.get("catalogs") or ["embedded"]:
+        one = load_catalog(c)
+        catalog = one if catalog is None else catalog.merged(one)
+    retriever = Retriever(catalog, Embedder(spec.get("embedding_model")), alpha=spec.get("alpha", 0.6),
                           cache_dir=cache)
     checker = None
     if spec.get("check_speech", True):
@@ -100,3 +112,21 @@ def make_builder(spec: dict) -> SceneBuilder:
         checker = WhisperChecker(cpu_threads=spec.get("threads"))
     cfg = MixConfig(fixed_duration=spec["duration"]) if spec.get("duration") else MixConfig()
     return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker)
+
+
+def load_catalog(spec: str):
+    """'embedded', a manifest.json path, or KIND:CSV:AUDIO_DIR[:META] for the real corpora
+    (clotho:captions.csv:audio/[:metadata.csv], fsd50k:dev.csv:audio/, arca23k:train.csv:audio/)."""
+    from .catalog import Catalog, CatalogError
+    if spec == "embedded":
+        return Catalog.embedded()
+    kind, _, rest = spec.partition(":")
+    parts = rest.split(":") if rest else []
+    if kind == "clotho" and len(parts) in (2, 3):
+        return Catalog.from_clotho(*parts)
+    if kind in ("fsd50k", "arca23k") and len(parts) == 2:
+        return getattr(Catalog, f"from_{kind}")(*parts)
+    if spec.endswith(".json"):
+        return Catalog.from_manifest(spec)
+    raise CatalogError(f"--catalog {spec!r}: expected embedded, a manifest.json, clotho:CSV:AUDIO[:META], "
+                       "fsd50k:CSV:AUDIO or arca23k:CSV:AUDIO")

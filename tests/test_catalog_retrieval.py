@@ -162,3 +162,12 @@ def test_evaluation_reports_precision_for_alphas(bank_retriever):
     rows = evaluate(bank_retriever, load_queries(), alphas=(0.0, 1.0))
     assert [r["alpha"] for r in rows] == [0.0, 1.0]
     assert all(r["n"] >= 100 and 0.8 <= r["p@1"] <= 1.0 for r in rows)
+
+
+def test_build_catalog_flag_formats(corpus):
+    from casu_dataset.realize import load_catalog
+    assert len(load_catalog("embedded")) >= 200
+    assert len(load_catalog(f"clotho:{corpus / 'clotho_captions_development.csv'}:{corpus / 'audio'}")) == 2
+    assert len(load_catalog(f"fsd50k:{corpus / 'dev.csv'}:{corpus / 'audio'}")) == 2
+    with pytest.raises(CatalogError, match="--catalog 'freesound:x': expected embedded"):
+        load_catalog("freesound:x")
