@@ -35,19 +35,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Background(_Strict):
+class _Described(_Strict):
+    """A sound layer as retrieval sees it: a description and keywords, both non-empty."""
     description: str
     keywords: list[str] = Field(min_length=1)
 
     @field_validator("description")
     @classmethod
     def _desc(cls, v: str) -> str:
-        return _nonempty(v, "background description")
+        return _nonempty(v, f"{cls.__name__.lower()} description")
 
     @field_validator("keywords")
     @classmethod
     def _kw(cls, v: list[str]) -> list[str]:
         return [_nonempty(k, "keyword") for k in v]
+
+
+class Background(_Described):
+    pass
 
 
 class Speaker(_Strict):
@@ -104,22 +109,10 @@ class AfterTurn(_Strict):
 Anchor = Annotated[Union[AtTime, AtStart, DuringTurn, AfterTurn], Field(discriminator="type")]
 
 
-class Event(_Strict):
+class Event(_Described):
     id: str
-    description: str
-    keywords: list[str] = Field(min_length=1)
     anchor: Anchor
     max_duration: float | None = Field(default=None, gt=0.0, le=MAX_SCENE_SECONDS)
-
-    @field_validator("description")
-    @classmethod
-    def _desc(cls, v: str) -> str:
-        return _nonempty(v, "event description")
-
-    @field_validator("keywords")
-    @classmethod
-    def _kw(cls, v: list[str]) -> list[str]:
-        return [_nonempty(k, "keyword") for k in v]
 
 
 class SceneScript(_Strict):
