@@ -9,6 +9,7 @@ VITS noise cannot be seeded through onnxruntime, so it runs with zero noise by d
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import shutil
@@ -37,6 +38,7 @@ def check_text(text: str, where: str) -> str:
 
 class Engine:
     name = "base"
+    package: str | None = None  # an optional Python package the engine needs (GPU extra)
 
     def synthesize(self, text: str, base: str, tempo: float = 1.0) -> tuple[np.ndarray, int]:
         """Speak `text` with base voice `base`; tempo > 1 is faster. Returns mono float32."""
@@ -46,7 +48,7 @@ class Engine:
         return "0"
 
     def available(self) -> bool:
-        return True
+        return self.package is None or importlib.util.find_spec(self.package) is not None
 
 
 class PiperEngine(Engine):
@@ -165,6 +167,7 @@ class KokoroEngine(Engine):
     such as 'af_heart'; weights come from the local Hugging Face cache (HF_HUB_OFFLINE=1
     works once they are there)."""
     name = "kokoro"
+    package = "kokoro"
 
     @staticmethod
     @functools.lru_cache(maxsize=2)
@@ -179,13 +182,6 @@ class KokoroEngine(Engine):
             raise EngineError(f"kokoro: cannot load the Kokoro-82M weights ({type(err).__name__}: {err}); "
                               "download them once with network access or point HF_HOME at a cache that has them") from None
 
-    def available(self):
-        try:
-            import kokoro  # noqa: F401
-            return True
-        except ImportError:
-            return False
-
     def synthesize(self, text, base="af_heart", tempo=1.0):
         pipe = self._pipeline(base[0])  # Kokoro voice names start with their language code
         parts = [np.asarray(a, dtype=np.float32) for _, _, a in pipe(text, voice=base, speed=tempo)]
@@ -198,6 +194,7 @@ class ZonosEngine(Engine):
     """Zonos v0.1 (the paper's TTS) through the `zonos` package (GPU extra). `base` is a
     reference speaker clip (any audio file); Zonos conditions on its speaker embedding."""
     name = "zonos"
+    package = "zonos"
     model_id = os.environ.get("CASU_ZONOS_MODEL", "Zyphra/Zonos-v0.1-transformer")
 
     @classmethod
@@ -213,13 +210,6 @@ class ZonosEngine(Engine):
             return Zonos.from_pretrained(cls.model_id, device=device), device
         except Exception as err:
             raise EngineError(f"zonos: cannot load weights {cls.model_id} ({type(err).__name__}: {err})") from None
-
-    def available(self):
-        try:
-            import zonos  # noqa: F401
-            return True
-        except ImportError:
-            return False
 
     def synthesize(self, text, base="", tempo=1.0):
         import torch
