@@ -13,7 +13,7 @@ import csv
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import soundfile as sf

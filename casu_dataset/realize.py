@@ -96,7 +96,6 @@ def make_builder(spec: dict) -> SceneBuilder:
     """A SceneBuilder from plain settings (picklable, so worker processes can build their own)."""
     from pathlib import Path
 
-    from .catalog import Catalog
     from .retrieval import Embedder
     from .speech.voices import VoiceRegistry
     cache = Path(spec["cache"]) if spec.get("cache") else None

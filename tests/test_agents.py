@@ -75,7 +75,6 @@ def test_script_agent_feeds_schema_errors_back():
 
 
 def test_consensus_filter_keeps_only_agreed_keys():
-    script = parse_script({"id": "g1", **SCRIPT_OK})
     cand = json.dumps({"questions": [{"question": "What sounded?", "options": ["horn", "bell", "dog", "cat"],
                                       "answer": "A", "rationale": "the horn", "layers": ["event"]}]})
     def run(votes, m):

@@ -1,5 +1,4 @@
 """Catalog loading (embedded bank, Clotho, FSD50K, ARCA23K formats) and matching-score retrieval."""
-import shutil
 
 import numpy as np
 import pytest

@@ -4,7 +4,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from casu_dataset.script import parse_script
 from casu_dataset.speech.engines import EngineError, FliteEngine, get_engine
@@ -12,7 +11,7 @@ from casu_dataset.speech.intelligibility import WhisperChecker, normalize, wer
 from casu_dataset.speech.layer import (MIN_SEMITONES, SpeechSynth, TurnTooLongError, VoiceAssignmentError,
                                        assign_voices, build_speech_layer)
 from casu_dataset.speech.pitch import median_f0, semitones
-from casu_dataset.speech.voices import DEFAULT_VOICES, Voice, VoiceRegistry, derive, speak
+from casu_dataset.speech.voices import Voice, VoiceRegistry, derive, speak
 
 SENT = "Please keep your seatbelt fastened while the sign is on."
 
