@@ -1,0 +1,115 @@
+"""The paper's layer ablations (table 2): each of speech (P), events (E) and background (B)
+kept or replaced by Gaussian noise of the same loudness over that layer's active span.
+
+Built at evaluation time from the dataset's stems (mixture == background + speech + events
+holds exactly in CASU builds). A masked layer's noise fills the union of its active
+intervals (speech: every turn's onset..offset; events: every event's; background: the
+whole scene), is silent elsewhere, and has the integrated loudness (BS.1770, pyloudnorm)
+that the stem has over the same samples. Noise is seeded by (seed, scene, layer), so a
+condition's audio is the same in every run.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from casu_dataset.loudness import SILENCE_LUFS, measure_lufs
+
+LAYERS = ("speech", "events", "background")
+CODE = {"speech": "P", "events": "E", "background": "B"}
+
+
+@dataclass(frozen=True)
+class Condition:
+    keep: frozenset
+
+    @property
+    def name(self) -> str:
+        """e.g. 'PEB' (all layers), 'P__' (speech only), '___' (all noise)."""
+        return "".join(CODE[l] if l in self.keep else "_" for l in LAYERS)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self.keep) == 3
+
+    def label(self) -> str:
+        return ", ".join(("✓" if l in self.keep else "×") for l in LAYERS)
+
+
+ALL = [Condition(frozenset(l for l, bit in zip(LAYERS, bits) if bit == "1"))
+       for bits in ("000", "001", "010", "011", "100", "101", "110", "111")]  # the paper's row order
+FULL = ALL[-1]
+BY_NAME = {c.name: c for c in ALL}
+
+
+def parse_conditions(spec: str | None) -> list[Condition]:
+    """'full' (default), 'all' (the eight subsets), or names like 'PEB,P__,_E_'."""
+    if not spec or spec == "full":
+        return [FULL]
+    if spec == "all":
+        return list(ALL)
+    out = []
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        if name == "full":
+            name = FULL.name
+        if name not in BY_NAME:
+            raise ValueError(f"--conditions {name!r}: use 'full', 'all' or names from {', '.join(BY_NAME)} "
+                             "(P speech, E events, B background; '_' = replaced by noise)")
+        out.append(BY_NAME[name])
+    return list(dict.fromkeys(out))
+
+
+def active_spans(annotation: dict, layer: str) -> list[tuple[int, int]]:
+    """Sample intervals where the layer is active, merged where they overlap."""
+    sr, n = annotation["sample_rate"], annotation["num_samples"]
+    if layer == "background":
+        return [(0, n)] if n else []
+    items = annotation["plan"]["turns" if layer == "speech" else "events"]
+    spans = sorted((max(0, int(round(it["onset"] * sr))), min(n, int(round(it["offset"] * sr)))) for it in items)
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if b <= a:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _seed(seed: int, scene_id: str, layer: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}|{scene_id}|{layer}".encode()).digest()[:8], "little")
+
+
+def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: np.random.Generator) -> np.ndarray:
+    """Gaussian noise over `spans` with the loudness the stem has there; zeros elsewhere."""
+    out = np.zeros_like(stem, dtype=np.float32)
+    if not spans:
+        return out
+    active = np.concatenate([stem[a:b] for a, b in spans])
+    target = measure_lufs(active, sr)
+    if target <= SILENCE_LUFS:
+        return out
+    noise = rng.standard_normal(active.shape[0]).astype(np.float32)
+    gain = 10 ** ((target - measure_lufs(noise, sr)) / 20)
+    noise *= np.float32(gain)
+    i = 0
+    for a, b in spans:
+        out[a:b] = noise[i: i + b - a]
+        i += b - a
+    return out
+
+
+def render(condition: Condition, stems: dict[str, np.ndarray], annotation: dict, seed: int = 0) -> np.ndarray:
+    """The mixture under a condition: kept stems as they are, masked ones as matched noise."""
+    sr = annotation["sample_rate"]
+    total = None
+    for layer in LAYERS:
+        x = stems[layer]
+        if layer not in condition.keep:
+            x = matched_noise(x, active_spans(annotation, layer), sr,
+                              np.random.default_rng(_seed(seed, annotation["scene_id"], layer)))
+        total = x.astype(np.float32) if total is None else total + x
+    return total

@@ -1,0 +1,180 @@
+"""One evaluation: tasks x conditions on one model -> a results dict (schema in harness/RESULTS.md)."""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+from model_adapters.base import Adapter
+
+from . import metrics as M
+from .conditions import FULL, Condition
+from .data import CasuData
+from .runner import RunState, Unit, make_units, run_units, score_unit, settings_for
+from .task_config import TaskConfig
+
+
+@dataclass
+class EvalOptions:
+    conditions: list[Condition] = field(default_factory=lambda: [FULL])
+    batch_size: int = 1
+    limit: int | None = None
+    scene_hint: bool = False
+    scoring: str = "auto"
+    circular: bool = False
+    seed: int = 0
+    probe: bool = True
+    probe_n: int = 3
+    judge: object = None          # parsing.LLMJudge or None
+    event_matcher: object = None  # metrics.*EventMatcher
+    bert_model: str | None = None
+    progress: bool = True
+
+
+def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOptions, cache, base_key, state) -> dict:
+    """Ask a few questions on the real audio, on silence and on another scene's audio.
+
+    If no answer (or option score) changes, the audio is probably not reaching the model."""
+    if not adapter.uses_audio:
+        return {"status": "skipped", "reason": f"{adapter.name} does not take audio"}
+    samples = data.samples(task.dataset_config, task.split)
+    picked = samples[: opts.probe_n]
+    others = [next((o for o in samples if o.scene_id != s.scene_id), None) for s in picked]
+    if not picked or any(o is None for o in others):
+        return {"status": "skipped", "reason": "needs questions from two different scenes"}
+    units = make_units(task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key)
+    probe_units = []
+    for u, other in zip(units, others):
+        for kind, override in (("real", None), ("silence", "silence"), ("other", other)):
+            v = copy.copy(u)
+            v.audio_override = override
+            v.key = f"{u.key}:probe:{kind}:{other.scene_id if kind == 'other' else ''}"
+            probe_units.append((kind, v))
+    out = run_units([v for _, v in probe_units], adapter, data, cache, opts.batch_size, state, progress=False)
+    per_q = []
+    for i in range(len(picked)):
+        trio = {kind: out[v.key] for kind, v in probe_units[3 * i: 3 * i + 3]}
+        if any("error" in r for r in trio.values()):
+            per_q.append({"id": picked[i].id, "error": next(r["error"] for r in trio.values() if "error" in r)})
+            continue
+        per_q.append({"id": picked[i].id, "changed_with_silence": trio["real"] != trio["silence"],
+                      "changed_with_other_audio": trio["real"] != trio["other"]})
+    changed = any(q.get("changed_with_silence") or q.get("changed_with_other_audio") for q in per_q)
+    status = "ok" if changed else ("error" if all("error" in q for q in per_q) else "unchanged")
+    return {"status": status, "task": task.task, "questions": per_q}
+
+
+def _mcq_metrics(recs: list[dict], task: TaskConfig, circular: bool, seed: int) -> dict:
+    base = [r for r in recs if r["rotation"] == 0]
+    ok = [r for r in base if r["method"] != "error"]
+    res = {"n": len(ok), "n_errors": len(base) - len(ok)}
+    res["accuracy"] = M.mean_with_ci([r["correct"] for r in ok], seed=seed)
+    res["unparsed_rate"] = {"value": (sum(r["method"] == "unparsed" for r in ok) / len(ok)) if ok else None,
+                            "n": len(ok)}
+    methods: dict[str, int] = {}
+    for r in ok:
+        methods[r["method"]] = methods.get(r["method"], 0) + 1
+    res["parse_methods"] = dict(sorted(methods.items()))
+    if "paired_accuracy" in task.metrics:
+        res["paired_accuracy"] = M.paired_accuracy(ok)
+    if circular and "circular_accuracy" in task.metrics:
+        groups: dict[str, list[bool]] = {}
+        for r in recs:
+            groups.setdefault(r["id"], []).append(r["method"] != "error" and r["correct"])
+        res["circular_accuracy"] = M.mean_with_ci([all(v) for v in groups.values()], seed=seed)
+    res["breakdowns"] = {k: M.breakdown(ok, k) for k in task.breakdowns}
+    return res
+
+
+def _text_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> tuple[dict, list[dict]]:
+    ok = [r for r in recs if "error" not in r]
+    res: dict = {"n": len(ok), "n_errors": len(recs) - len(ok)}
+    hyps, refs = [r["response"] for r in ok], [r["reference"] for r in ok]
+    if "bleu4" in task.metrics and ok:
+        res["bleu4"] = {"value": M.bleu4(hyps, refs), "ci95": M.bleu4_ci(hyps, refs, seed=opts.seed), "n": len(ok),
+                        "scale": "0-100"}
+    if "bertscore" in task.metrics and ok:
+        model = opts.bert_model or M.default_bert_model()
+        f1 = M.bertscore_f1(hyps, refs, model=model)
+        for r, v in zip(ok, f1):
+            r["bertscore_f1"] = v
+        res["bertscore"] = dict(M.mean_with_ci(f1, seed=opts.seed), model=model, num_layers=6, rescaled=False)
+    if "event_match" in task.metrics and ok:
+        matcher = opts.event_matcher or M.EmbeddingEventMatcher()
+        vals = []
+        for r in ok:
+            r["event_match"] = matcher.share(r["response"], r["event_descriptions"])
+            if r["event_match"] is not None:
+                vals.append(r["event_match"])
+        res["event_match"] = dict(M.mean_with_ci(vals, seed=opts.seed), matcher=matcher.describe())
+    if "one_minus_wer" in task.metrics and ok:
+        vals = []
+        for r in ok:
+            r["one_minus_wer"] = M.one_minus_wer(r["response"], r["turns"])
+            if r["one_minus_wer"] is not None:
+                vals.append(r["one_minus_wer"])
+        res["one_minus_wer"] = M.mean_with_ci(vals, seed=opts.seed)
+    if task.breakdowns and ok and "bertscore" in res:
+        res["breakdowns"] = {k: _text_breakdown(ok, k) for k in task.breakdowns}
+    return res, recs
+
+
+def _text_breakdown(recs, key):
+    groups: dict[str, list[float]] = {}
+    for r in recs:
+        groups.setdefault(str(r.get(key)), []).append(r["bertscore_f1"])
+    return {k: {"bertscore": sum(v) / len(v), "n": len(v)} for k, v in sorted(groups.items())}
+
+
+def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None) -> dict:
+    t0 = time.perf_counter()
+    state = RunState()
+    configs = sorted({t.dataset_config for t in tasks} | ({"scenes"} if any(not c.is_full for c in opts.conditions) else set()))
+    ds_fp = data.fingerprint(configs)
+    base_key = [adapter.fingerprint, ds_fp, opts.seed]
+    probe_task = next((t for t in tasks if t.output_type == "multiple_choice"), None)
+    probe = (audio_probe(adapter, data, probe_task, opts, cache, base_key, state)
+             if opts.probe and probe_task else {"status": "skipped", "reason": "disabled or no multiple-choice task"})
+    all_units: list[Unit] = []
+    per_task: dict[str, list[Unit]] = {}
+    for t in tasks:
+        samples = data.samples(t.dataset_config, t.split)
+        if opts.limit:
+            samples = samples[: opts.limit]
+        units = make_units(t, samples, opts.conditions, adapter, opts.scoring, opts.scene_hint, opts.circular, base_key)
+        per_task[t.task] = units
+        all_units.extend(units)
+    outputs = run_units(all_units, adapter, data, cache, opts.batch_size, state, opts.progress)
+    t_run = time.perf_counter() - t0
+    results, samples_out, errors = {}, {}, []
+    for t in tasks:
+        results[t.task] = {}
+        samples_out[t.task] = []
+        for c in opts.conditions:
+            recs = [score_unit(u, outputs[u.key], opts.judge) for u in per_task[t.task] if u.condition == c]
+            for r in recs:
+                if r.get("error") is not None:
+                    errors.append({"task": t.task, "condition": c.name, "id": r["id"], "rotation": r["rotation"],
+                                   "error": r["error"]})
+            if t.output_type == "multiple_choice":
+                results[t.task][c.name] = _mcq_metrics(recs, t, opts.circular, opts.seed)
+            else:
+                results[t.task][c.name], recs = _text_metrics(recs, t, opts)
+            samples_out[t.task].extend(recs)
+    n_units = len(all_units)
+    total = time.perf_counter() - t0
+    return {
+        "results": results,
+        "samples": samples_out,
+        "errors": errors,
+        "audio_probe": probe,
+        "dataset_fingerprint": ds_fp,
+        "generation": {t.task: settings_for(t).to_dict() for t in tasks},
+        "scoring": {t.task: per_task[t.task][0].mode if per_task[t.task] else None for t in tasks},
+        # overhead: everything before scoring that is not the model (data, audio, prompts, cache)
+        "timing": {"total_s": total, "inference_phase_s": t_run, "model_s": state.model_seconds,
+                   "scoring_s": total - t_run, "audio_s": data.decode_seconds, "units": n_units,
+                   "model_calls": state.calls, "cache_hits": state.cache_hits,
+                   "overhead_ms_per_unit": 1000 * (t_run - state.model_seconds) / max(1, n_units)},
+        "truncated_audio": len(state.truncated),
+    }

@@ -1,0 +1,195 @@
+"""Results on disk: the JSON document (schema in harness/RESULTS.md), per-task sample logs,
+Markdown tables shaped like the paper's tables 1-2, and PNG plots."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+MCQ_ORDER = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning"]
+SHORT = {"contextual_reasoning": "Contextual", "entity_extraction": "Entity", "role_inference": "Role",
+         "counterfactual_reasoning": "Counterfactual"}
+PACKAGES = ["casu", "torch", "transformers", "datasets", "accelerate", "numpy", "sacrebleu", "bert-score", "jiwer",
+            "sentence-transformers", "faster-whisper", "mistral-common"]
+
+
+def git_hash() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "__", name)
+
+
+def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None) -> dict:
+    """Everything but the per-sample logs, in the documented schema."""
+    status = "errors" if ev["errors"] else "ok"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_hash": git_hash(),
+        "versions": versions(),
+        "model": model,
+        "config": config,
+        "dataset": dict(dataset, fingerprint=ev["dataset_fingerprint"]),
+        "generation": ev["generation"],
+        "scoring": ev["scoring"],
+        "audio_probe": ev["audio_probe"],
+        "results": ev["results"],
+        "n_samples": {t: next(iter(c.values()))["n"] if c else 0 for t, c in ev["results"].items()},
+        "status": status,
+        "n_errors": len(ev["errors"]),
+        "errors": ev["errors"],
+        "truncated_audio": ev["truncated_audio"],
+        "timing": ev["timing"],
+    }
+
+
+def _pct(m: dict | None) -> str:
+    if not m or m.get("value") is None:
+        return "-"
+    return f"{100 * m['value']:.2f}"
+
+
+def _val(m: dict | None, fmt: str = "{:.2f}") -> str:
+    return "-" if not m or m.get("value") is None else fmt.format(m["value"])
+
+
+def table1(doc: dict, full: str = "PEB") -> str:
+    """Paper table 1: scene description metrics | the four tasks' accuracy (%)."""
+    r = doc["results"]
+    sd = r.get("scene_description", {}).get(full, {})
+    name = doc["model"]["name"] + (" (hint)" if doc["config"].get("scene_hint") else "")
+    head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | " + " | ".join(SHORT[t] for t in MCQ_ORDER) + " |")
+    sep = "|" + "---|" * (5 + len(MCQ_ORDER))
+    cells = [name, _val(sd.get("bleu4")), _val(sd.get("bertscore")), _val(sd.get("event_match")),
+             _val(sd.get("one_minus_wer"))]
+    cells += [_pct(r.get(t, {}).get(full, {}).get("accuracy")) for t in MCQ_ORDER]
+    return "\n".join([head, sep, "| " + " | ".join(cells) + " |"])
+
+
+def table2(doc: dict) -> str:
+    """Paper table 2: accuracy (%) per layer condition (P speech, E events, B background)."""
+    r = doc["results"]
+    conds = doc["config"]["conditions"]
+    head = "| P | E | B | " + " | ".join(SHORT[t] for t in MCQ_ORDER if t in r) + " |"
+    sep = "|---|---|---|" + "---|" * sum(t in r for t in MCQ_ORDER)
+    rows = [head, sep]
+    for c in conds:
+        marks = ["✓" if ch != "_" else "×" for ch in c]
+        rows.append("| " + " | ".join(marks + [_pct(r[t].get(c, {}).get("accuracy")) for t in MCQ_ORDER if t in r]) + " |")
+    return "\n".join(rows)
+
+
+def markdown(doc: dict) -> str:
+    parts = [f"# CASU results: {doc['model']['name']}", "",
+             f"date {doc['date']} · git {doc['git_hash']} · dataset {doc['dataset']['path']} "
+             f"({doc['dataset']['fingerprint']}) · status **{doc['status']}** ({doc['n_errors']} errors)", ""]
+    probe = doc["audio_probe"]
+    if probe.get("status") == "unchanged":
+        parts += ["> **Warning: the audio probe saw no change with silent or swapped audio; the audio is probably "
+                  "not reaching the model.**", ""]
+    parts += ["## Table 1 (all layers)", "", table1(doc), ""]
+    if len(doc["config"]["conditions"]) > 1:
+        parts += ["## Table 2 (layer ablations)", "", table2(doc), ""]
+    parts += ["## Per task", "", "| Task | Condition | n | Accuracy (95% CI) | Unparsed | Paired | Circular |",
+              "|---|---|---|---|---|---|---|"]
+    for t, conds in doc["results"].items():
+        for c, m in conds.items():
+            if "accuracy" not in m:
+                continue
+            a = m["accuracy"]
+            ci = f" [{100 * a['ci95'][0]:.1f}, {100 * a['ci95'][1]:.1f}]" if a.get("ci95") else ""
+            parts.append(f"| {t} | {c} | {m['n']} | {_pct(a)}{ci} | {_pct(m['unparsed_rate'])} | "
+                         f"{_pct(m.get('paired_accuracy'))} | {_pct(m.get('circular_accuracy'))} |")
+    return "\n".join(parts) + "\n"
+
+
+def plots(doc: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    r = doc["results"]
+    tasks = [t for t in MCQ_ORDER if t in r]
+    written = []
+    if not tasks:
+        return written
+    full = doc["config"]["conditions"][-1] if "PEB" not in doc["config"]["conditions"] else "PEB"
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    vals, lo, hi = [], [], []
+    for t in tasks:
+        a = r[t].get(full, {}).get("accuracy") or {}
+        v = 100 * (a.get("value") or 0)
+        ci = a.get("ci95") or [a.get("value") or 0] * 2
+        vals.append(v)
+        lo.append(v - 100 * ci[0])
+        hi.append(100 * ci[1] - v)
+    ax.bar([SHORT[t] for t in tasks], vals, yerr=[lo, hi], capsize=4, color="#4C72B0")
+    ax.axhline(25, ls="--", color="grey", lw=1, label="chance (4 options)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"{doc['model']['name']} ({full})")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    p = out_dir / "accuracy_by_task.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    written.append(p)
+    conds = doc["config"]["conditions"]
+    if len(conds) > 1:
+        grid = np.array([[100 * ((r[t].get(c, {}).get("accuracy") or {}).get("value") or np.nan) for t in tasks]
+                         for c in conds])
+        fig, ax = plt.subplots(figsize=(6, 0.45 * len(conds) + 1.2))
+        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+        ax.set_xticks(range(len(tasks)), [SHORT[t] for t in tasks])
+        ax.set_yticks(range(len(conds)), conds)
+        for i in range(len(conds)):
+            for j in range(len(tasks)):
+                ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
+        ax.set_ylabel("layers kept (P speech, E events, B background)")
+        fig.colorbar(im, ax=ax, label="accuracy (%)")
+        fig.tight_layout()
+        p = out_dir / "ablation_heatmap.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        written.append(p)
+    return written
+
+
+def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
+    """<out>/<model>/results_<date>.json (+ samples_<task>_<date>.jsonl, results.md, PNGs)."""
+    d = Path(out_root) / sanitize(doc["model"]["name"])
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = doc["date"].replace(":", "-").replace("+00-00", "")
+    path = d / f"results_{stamp}.json"
+    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False))
+    if samples is not None:
+        for task, recs in samples.items():
+            with open(d / f"samples_{task}_{stamp}.jsonl", "w") as f:
+                for r in recs:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    (d / "results.md").write_text(markdown(doc))
+    plots(doc, d)
+    return path

@@ -1,0 +1,226 @@
+"""The evaluation loop: tasks x conditions -> cached model calls -> scored records.
+
+Every model output is written to the response cache as soon as its batch returns, keyed by
+(model fingerprint, dataset fingerprint, task version, sample id, condition, rotation,
+scoring mode, prompt hash, generation settings), so a killed run resumes where it stopped
+and ends with the same results. A sample whose call fails is retried alone, then recorded
+as an error; the run goes on. Under torchrun/accelerate the work units are split across
+processes and gathered before scoring, so results do not depend on the process count.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
+
+from .conditions import FULL, Condition
+from .data import CasuData, Sample
+from .parsing import LETTERS, parse_choice
+from .prompts import build_prompt, rotate
+from .task_config import TaskConfig
+
+
+@dataclass
+class Unit:
+    task: TaskConfig
+    sample: Sample
+    condition: Condition
+    rotation: int
+    mode: str  # "generate" or "loglikelihood"
+    prompt: str
+    options: list[str]
+    answer: str
+    key: str = ""
+    audio_override: object = None  # the audio probe: "silence", or another Sample whose audio is played
+
+
+@dataclass
+class RunState:
+    model_seconds: float = 0.0
+    calls: int = 0
+    cache_hits: int = 0
+    truncated: set = field(default_factory=set)
+
+
+def _h(x) -> str:
+    return hashlib.sha256(json.dumps(x, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def settings_for(task: TaskConfig, max_new_tokens: int | None = None) -> GenerationSettings:
+    g = task.generation
+    return GenerationSettings(max_new_tokens=max_new_tokens or g.max_new_tokens, do_sample=g.do_sample,
+                              temperature=g.temperature).check()
+
+
+def choose_mode(task: TaskConfig, adapter: Adapter, scoring: str) -> str:
+    if task.output_type != "multiple_choice":
+        return "generate"
+    if scoring == "loglikelihood":
+        if not adapter.supports_loglikelihood:
+            raise AdapterError(f"--scoring loglikelihood: --model {adapter.name} cannot score options")
+        return "loglikelihood"
+    if scoring == "generate":
+        return "generate"
+    return "loglikelihood" if adapter.prefers_loglikelihood and adapter.supports_loglikelihood else "generate"
+
+
+def make_units(task: TaskConfig, samples: list[Sample], conditions: list[Condition], adapter: Adapter,
+               scoring: str, scene_hint: bool, circular: bool, base_key: list) -> list[Unit]:
+    mode = choose_mode(task, adapter, scoring)
+    mcq = task.output_type == "multiple_choice"
+    settings = settings_for(task).to_dict()
+    units = []
+    for s in samples:
+        for c in conditions:
+            for r in (range(len(s.options)) if (circular and mcq) else [0]):
+                opts, ans = rotate(s.options, s.answer, r) if mcq else ([], "")
+                prompt = build_prompt(task.prompt_template, s.question, opts, s.place if scene_hint else None)
+                u = Unit(task, s, c, r, mode, prompt, opts, ans)
+                u.key = _h(base_key + [task.task, task.version, s.id, c.name, r, mode, prompt, opts, settings])
+                units.append(u)
+    return units
+
+
+def _prepare_audio(u: Unit, data: CasuData, adapter: Adapter, state: RunState) -> np.ndarray | None:
+    if not adapter.uses_audio:
+        return None
+    if u.audio_override == "silence":
+        x = np.zeros_like(data.audio(u.sample, FULL))
+    elif isinstance(u.audio_override, Sample):
+        x = data.audio(u.audio_override, FULL)
+    else:
+        x = data.audio(u.sample, u.condition)
+    if adapter.sample_rate != 16000:
+        import soxr
+        x = soxr.resample(x, 16000, adapter.sample_rate).astype(np.float32)
+    if adapter.max_audio_seconds and len(x) > adapter.max_audio_seconds * adapter.sample_rate:
+        x = x[: int(adapter.max_audio_seconds * adapter.sample_rate)]
+        state.truncated.add(u.key)
+    return x
+
+
+def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[dict]:
+    t0 = time.perf_counter()
+    try:
+        if units[0].mode == "loglikelihood":
+            scores = adapter.loglikelihood(reqs)
+            if len(scores) != len(reqs):
+                raise RuntimeError(f"adapter returned {len(scores)} score lists for {len(reqs)} requests")
+            return [{"scores": [float(x) for x in s]} for s in scores]
+        texts = adapter.generate(reqs, settings_for(units[0].task))
+        if len(texts) != len(reqs):
+            raise RuntimeError(f"adapter returned {len(texts)} texts for {len(reqs)} requests")
+        return [{"response": t} for t in texts]
+    finally:
+        state.model_seconds += time.perf_counter() - t0
+        state.calls += 1
+
+
+def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_size: int, state: RunState,
+            progress: bool = True) -> dict[str, dict]:
+    """key -> {"response"|"scores"} or {"error"}; cached outputs are reused, new ones cached at once."""
+    from tqdm import tqdm
+    out: dict[str, dict] = {}
+    todo = []
+    for u in units:
+        hit = cache.get(u.key) if cache is not None else None
+        if hit is not None:
+            out[u.key] = json.loads(hit)
+            state.cache_hits += 1
+        else:
+            todo.append(u)
+    # Neighbouring units share a scene (and its decoded, conditioned audio); a batch holds
+    # one task's units with one scoring mode.
+    todo.sort(key=lambda u: (u.task.task, u.mode, u.condition.name, u.sample.scene_id, u.sample.id, u.rotation))
+    batches: list[list[Unit]] = []
+    for u in todo:
+        if batches and len(batches[-1]) < batch_size and batches[-1][0].task is u.task and batches[-1][0].mode == u.mode:
+            batches[-1].append(u)
+        else:
+            batches.append([u])
+    bar = tqdm(total=len(todo), desc=f"{adapter.name}", disable=not progress or not todo, file=sys.stderr)
+    for batch in batches:
+        reqs, ok_units = [], []
+        for u in batch:
+            try:
+                reqs.append(Request(prompt=u.prompt, audio=_prepare_audio(u, data, adapter, state),
+                                    options=u.options, id=u.sample.id))
+                ok_units.append(u)
+            except Exception as err:  # bad audio in one sample: recorded, the rest go on
+                out[u.key] = {"error": f"{type(err).__name__}: {err}"}
+        results = None
+        if ok_units:
+            try:
+                results = _call(adapter, ok_units, reqs, state)
+            except AdapterError:
+                raise  # the model cannot run at all (missing weights, bad args): stop with its message
+            except Exception:
+                results = None
+            if results is None:  # retry one by one, so one bad sample cannot sink its batch
+                results = []
+                for u, r in zip(ok_units, reqs):
+                    try:
+                        results.extend(_call(adapter, [u], [r], state))
+                    except AdapterError:
+                        raise
+                    except Exception as err:
+                        results.append({"error": f"{type(err).__name__}: {err}"})
+            for u, res in zip(ok_units, results):
+                out[u.key] = res
+                if cache is not None and "error" not in res:
+                    cache.put(u.key, json.dumps(res))
+        bar.update(len(batch))
+    bar.close()
+    return out
+
+
+def score_unit(u: Unit, res: dict, judge=None) -> dict:
+    s = u.sample
+    rec = {"id": s.id, "task": u.task.task, "condition": u.condition.name, "rotation": u.rotation,
+           "scene_id": s.scene_id, "place": s.place, "speech_type": s.speech_type, "layers": s.layers,
+           "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "prompt": u.prompt, "options": u.options,
+           "answer": u.answer}
+    if "error" in res:
+        return dict(rec, error=res["error"], correct=False, parsed=None, method="error")
+    if u.task.output_type == "multiple_choice":
+        if u.mode == "loglikelihood":
+            sc = res["scores"]
+            best = [i for i, v in enumerate(sc) if v == max(sc)] if sc and np.all(np.isfinite(sc)) else []
+            letter = LETTERS[best[0]] if len(best) == 1 else None  # a tie is not broken at random
+            rec.update(scores=sc, parsed=letter, method="loglikelihood" if letter else "unparsed")
+        else:
+            p = parse_choice(res["response"], u.options, judge=judge, question=s.question)
+            rec.update(response=res["response"], parsed=p.letter, method=p.method)
+        rec["correct"] = rec["parsed"] == u.answer
+    else:
+        rec.update(response=res["response"], reference=s.reference, event_descriptions=s.event_descriptions,
+                   turns=s.turns)
+    return rec
+
+
+def distributed_state():
+    """accelerate's PartialState under torchrun / accelerate launch; None in one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState
+        return PartialState()
+    return None
+
+
+def run_units(units: list[Unit], adapter, data, cache, batch_size, state: RunState, progress=True) -> dict[str, dict]:
+    dist = distributed_state()
+    if dist is None:
+        return process(units, adapter, data, cache, batch_size, state, progress)
+    from accelerate.utils import gather_object
+    with dist.split_between_processes(units) as mine:
+        part = process(list(mine), adapter, data, cache, batch_size, state, progress and dist.is_main_process)
+    merged: dict[str, dict] = {}
+    for k, v in gather_object([(k, v) for k, v in part.items()]):
+        merged[k] = v
+    return merged

@@ -1,0 +1,127 @@
+"""A task is a YAML file in tasks/ parsed into a typed, validated `TaskConfig` (as lm-eval does).
+
+Validation happens before any model is loaded; errors name the file and the field."""
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MCQ_METRICS = {"accuracy", "unparsed_rate", "paired_accuracy", "circular_accuracy"}
+TEXT_METRICS = {"bleu4", "bertscore", "event_match", "one_minus_wer"}
+TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
+DEFAULT_TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
+
+
+class TaskConfigError(ValueError):
+    pass
+
+
+class Generation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int = Field(64, ge=1, le=4096)
+    do_sample: bool = False
+    temperature: float = Field(0.0, ge=0.0)
+
+
+class TaskConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    version: int = Field(ge=0)
+    description: str = ""
+    tags: list[str] = []
+    dataset_config: str
+    split: str = "test"
+    output_type: Literal["multiple_choice", "generate_until"]
+    prompt_template: str
+    answer_format: Literal["letter", "free_text"]
+    metrics: list[str]
+    generation: Generation = Generation()
+    breakdowns: list[Literal["speech_type", "place", "layers"]] = []
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, v):
+        unknown = sorted(set(v) - MCQ_METRICS - TEXT_METRICS)
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(MCQ_METRICS | TEXT_METRICS)}")
+        if not v:
+            raise ValueError("at least one metric")
+        return v
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_fields(cls, v):
+        names = {f for _, f, _, _ in string.Formatter().parse(v) if f}
+        unknown = sorted(names - TEMPLATE_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown placeholder(s) {unknown}; allowed: {sorted(TEMPLATE_FIELDS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        mcq = self.answer_format == "letter"
+        if mcq != (self.output_type == "multiple_choice"):
+            raise ValueError("answer_format 'letter' goes with output_type 'multiple_choice', "
+                             "'free_text' with 'generate_until'")
+        allowed = MCQ_METRICS if mcq else TEXT_METRICS
+        wrong = sorted(set(self.metrics) - allowed)
+        if wrong:
+            raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
+        if mcq and "{options}" not in self.prompt_template:
+            raise ValueError("a multiple-choice prompt_template must contain {options}")
+        return self
+
+
+def load_task(path: str | Path) -> TaskConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise TaskConfigError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise TaskConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        cfg = TaskConfig.model_validate(data)
+    except ValidationError as err:
+        msgs = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors())
+        raise TaskConfigError(f"{path}: {msgs}") from None
+    if cfg.task != path.stem:
+        raise TaskConfigError(f"{path}: task: {cfg.task!r} must match the file name {path.stem!r}")
+    return cfg
+
+
+def load_tasks(dirs: list[str | Path] | None = None) -> dict[str, TaskConfig]:
+    """Every *.yaml under the given folders (default tasks/), keyed by task name."""
+    out: dict[str, TaskConfig] = {}
+    for d in dirs or [DEFAULT_TASKS_DIR]:
+        d = Path(d)
+        if not d.is_dir():
+            raise TaskConfigError(f"--include_path {d}: not a folder")
+        for f in sorted(d.glob("*.yaml")):
+            cfg = load_task(f)
+            if cfg.task in out:
+                raise TaskConfigError(f"{f}: task {cfg.task!r} is defined twice")
+            out[cfg.task] = cfg
+    return out
+
+
+def select_tasks(spec: str, tasks: dict[str, TaskConfig]) -> list[TaskConfig]:
+    """`all`, a tag (e.g. `casu`), or a comma list of task names and tags."""
+    chosen: dict[str, TaskConfig] = {}
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        if name == "all":
+            chosen.update(tasks)
+        elif name in tasks:
+            chosen[name] = tasks[name]
+        else:
+            tagged = {k: t for k, t in tasks.items() if name in t.tags}
+            if not tagged:
+                raise TaskConfigError(f"--tasks {name!r}: no such task or tag; tasks: {', '.join(sorted(tasks))}")
+            chosen.update(tagged)
+    if not chosen:
+        raise TaskConfigError("--tasks: nothing selected")
+    return list(chosen.values())

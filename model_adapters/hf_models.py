@@ -1,0 +1,348 @@
+"""Audio language models from transformers, each with its own chat template and audio placeholder.
+
+One base class (`HFAudioLM`) holds loading, batching and decoding; a family only says which
+model class and processor it uses and how a request becomes a conversation. transformers
+and torch are imported when a model is loaded, never at import time.
+
+Batches are left-padded with attention masks and decoded greedily (`do_sample=False`,
+`num_beams=1`), so a sample's output does not depend on what it is batched with (tested
+with tiny random models in tests/test_adapters.py).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+
+import numpy as np
+
+from .base import Adapter, AdapterError, GenerationSettings, Request
+from .registry import register
+
+
+def _torch_dtype(name: str, device: str):
+    import torch
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        return getattr(torch, name)
+    except AttributeError:
+        raise AdapterError(f"--model_args dtype={name!r}: not a torch dtype (float32, bfloat16, float16, auto)") from None
+
+
+def _chat_template(path: str, tokenizer) -> str | None:
+    import json
+    from transformers.utils import cached_file
+    for fname in ("chat_template.jinja", "chat_template.json"):
+        f = cached_file(path, fname, _raise_exceptions_for_missing_entries=False)
+        if f:
+            text = open(f, encoding="utf-8").read()
+            return json.loads(text)["chat_template"] if fname.endswith(".json") else text
+    return getattr(tokenizer, "chat_template", None)
+
+
+class HFAudioLM(Adapter):
+    """Base for transformers audio LMs; subclasses set the class names and the conversation."""
+    default_model = ""
+    model_class = ""
+    supports_loglikelihood = True
+    system_prompt: str | None = None
+    max_audio_seconds = 30.0
+    positions_from_mask = True  # False where the model derives (multimodal) positions itself
+    group_by_audio_length = False  # True where the audio encoder does not mask padded frames
+
+    def __init__(self, pretrained: str | None = None, dtype: str = "auto", device: str | None = None,
+                 device_map: str | None = None, attn_implementation: str | None = None,
+                 trust_remote_code: bool = False, system_prompt: str | None = None, **extra):
+        super().__init__(pretrained=pretrained or self.default_model, dtype=dtype, device=device,
+                         device_map=device_map, attn_implementation=attn_implementation, **extra)
+        self.pretrained = pretrained or self.default_model
+        self.device = device or ("cuda" if _cuda() else "cpu")
+        self.dtype_name = dtype
+        self.device_map = device_map
+        self.attn_implementation = attn_implementation
+        self.trust_remote_code = trust_remote_code
+        if system_prompt is not None:
+            self.system_prompt = system_prompt or None
+        self._model = None
+        self._processor = None
+
+    # -- loading ------------------------------------------------------------------------
+    def load_processor(self, path: str):
+        from transformers import AutoProcessor
+        return AutoProcessor.from_pretrained(path, trust_remote_code=self.trust_remote_code)
+
+    def load_model(self, path: str, **kw):
+        import transformers
+        cls = getattr(transformers, self.model_class)
+        return cls.from_pretrained(path, **kw)
+
+    def _load(self):
+        if self._model is not None:
+            return
+        import torch
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        kw = {"dtype": _torch_dtype(self.dtype_name, self.device)}
+        if self.device_map:
+            kw["device_map"] = self.device_map
+        if self.attn_implementation:
+            kw["attn_implementation"] = self.attn_implementation
+        try:
+            self._processor = self.load_processor(self.pretrained)
+            model = self.load_model(self.pretrained, **kw)
+        except (OSError, ValueError) as err:
+            msg = str(err).splitlines()[0][:300]
+            raise AdapterError(
+                f"--model {self.name}: cannot load {self.pretrained!r} ({type(err).__name__}: {msg}). "
+                f"Give a local folder with --model_args pretrained=PATH, or download the weights first"
+                f"{' (HF_HUB_OFFLINE=1 is set, so nothing is fetched)' if offline else ''}.") from None
+        if not self.device_map:
+            model.to(self.device)
+        model.eval()
+        torch.set_grad_enabled(False)
+        self._model = model
+        self._tokenizer.padding_side = "left"
+
+    @property
+    def _tokenizer(self):
+        return getattr(self._processor, "tokenizer", self._processor)
+
+    @property
+    def model_device(self):
+        return next(self._model.parameters()).device
+
+    def info(self) -> dict:
+        d = super().info()
+        d.update(model_class=self.model_class, pretrained=self.pretrained, dtype=self.dtype_name)
+        return d
+
+    # -- prompts ------------------------------------------------------------------------
+    def conversation(self, req: Request) -> list[dict]:
+        content = ([{"type": "audio", "audio": "<audio>"}] if req.audio is not None else []) + \
+            [{"type": "text", "text": req.prompt}]
+        system = req.system if req.system is not None else self.system_prompt
+        sys_msg = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
+        return sys_msg + [{"role": "user", "content": content}]
+
+    def prompt_text(self, req: Request) -> str:
+        return self._processor.apply_chat_template(self.conversation(req), add_generation_prompt=True, tokenize=False)
+
+    def encode(self, texts: list[str], audios: list[np.ndarray | None]):
+        kw = {"text": texts, "return_tensors": "pt", "text_kwargs": {"padding": True, "padding_side": "left"}}
+        present = [a for a in audios if a is not None]
+        if present:
+            if len(present) != len(audios):
+                raise AdapterError(f"{self.name}: a batch mixes requests with and without audio")
+            kw.update(audio=present, sampling_rate=self.sample_rate)
+        return self._processor(**kw)
+
+    def _to_device(self, batch):
+        import torch
+        model_dtype = next(self._model.parameters()).dtype
+        out = {}
+        for k, v in batch.items():
+            if isinstance(v, torch.Tensor):
+                v = v.to(self.model_device)
+                if v.is_floating_point():
+                    v = v.to(model_dtype)
+            out[k] = v
+        return out
+
+    def inputs(self, requests: list[Request]):
+        return self._to_device(self.encode([self.prompt_text(r) for r in requests], [r.audio for r in requests]))
+
+    # -- calls --------------------------------------------------------------------------
+    def generation_model(self):
+        return self._model
+
+    def _grouped(self, requests: list[Request], fn) -> list:
+        """Run `fn` on sub-batches of equal audio length where padding would change the encoding."""
+        if not self.group_by_audio_length:
+            return fn(requests)
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(-1 if r.audio is None else len(r.audio), []).append(i)
+        out: list = [None] * len(requests)
+        for idx in groups.values():
+            for i, res in zip(idx, fn([requests[i] for i in idx])):
+                out[i] = res
+        return out
+
+    def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
+        self._load()
+        return self._grouped(requests, lambda reqs: self._generate(reqs, settings))
+
+    def _generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
+        batch = self.inputs(requests)
+        tok = self._tokenizer
+        gen = dict(max_new_tokens=settings.max_new_tokens, do_sample=settings.do_sample, num_beams=settings.num_beams)
+        if settings.do_sample:
+            gen.update(temperature=settings.temperature, top_p=settings.top_p)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        out = self.generation_model().generate(**batch, **gen, pad_token_id=pad)
+        n = batch["input_ids"].shape[1]
+        return [tok.decode(o[n:], skip_special_tokens=True).strip() for o in out]
+
+    def loglikelihood(self, requests: list[Request]) -> list[list[float]]:
+        """Sum of log-probabilities of each option's tokens after the prompt.
+
+        Each (request, option) is one row of a left-padded batch: prompt + option, with the
+        option's tokens at the end, so their positions are found without re-tokenising."""
+        self._load()
+        return self._grouped(requests, self._loglikelihood)
+
+    def _loglikelihood(self, requests: list[Request]) -> list[list[float]]:
+        import torch
+        tok = self._tokenizer
+        rows, texts, audios = [], [], []
+        for i, r in enumerate(requests):
+            if not r.options:
+                raise AdapterError(f"{self.name}: loglikelihood request {r.id!r} has no options")
+            p = self.prompt_text(r)
+            for o in r.options:
+                n_opt = len(tok(o, add_special_tokens=False)["input_ids"])
+                rows.append((i, n_opt))
+                texts.append(p + o)
+                audios.append(r.audio)
+        batch = self._to_device(self.encode(texts, audios))
+        if self.positions_from_mask:
+            # Plain forward passes (unlike generate) number positions from 0 even under left padding.
+            batch["position_ids"] = (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+        logits = self._model(**batch).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        ids = batch["input_ids"][:, 1:]
+        scores: list[list[float]] = [[] for _ in requests]
+        for row, (i, n_opt) in enumerate(rows):
+            lp = logp[row, -n_opt:].gather(1, ids[row, -n_opt:, None]).sum().item()
+            scores[i].append(float(lp))
+        return scores
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _wav_b64(x: np.ndarray, sr: int) -> str:
+    import soundfile as sf
+    buf = io.BytesIO()
+    sf.write(buf, np.asarray(x, dtype=np.float32), sr, format="WAV", subtype="FLOAT")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@register("qwen2-audio")
+class Qwen2Audio(HFAudioLM):
+    """Qwen2-Audio-7B-Instruct (audio encoder + Qwen2 LM); `<|AUDIO|>` placeholder; 30 s per clip."""
+    default_model = "Qwen/Qwen2-Audio-7B-Instruct"
+    model_class = "Qwen2AudioForConditionalGeneration"
+    max_audio_seconds = 30.0
+
+
+class _OmniThinker(HFAudioLM):
+    """Omni models run through the thinker only: text output, no talker, greedy decoding."""
+    thinker_class = ""
+    full_class = ""
+    processor_class = ""
+    positions_from_mask = False  # M-RoPE positions come from the model's own get_rope_index
+    system_prompt = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
+                     "perceiving auditory and visual inputs, as well as generating text and speech.")
+
+    def load_processor(self, path: str):
+        import transformers
+        from transformers import AutoFeatureExtractor, AutoTokenizer
+        from .audio_only import audio_only_processor
+        tok = AutoTokenizer.from_pretrained(path)
+        return audio_only_processor(getattr(transformers, self.processor_class), AutoFeatureExtractor.from_pretrained(path),
+                                    tok, _chat_template(path, tok))
+
+    def load_model(self, path: str, **kw):
+        import transformers
+        from transformers import AutoConfig
+        cfg = AutoConfig.from_pretrained(path)
+        if cfg.model_type.endswith("_thinker"):
+            return getattr(transformers, self.thinker_class).from_pretrained(path, **kw)
+        # A full omni checkpoint: load it, then keep only the thinker (the talker makes speech).
+        full = getattr(transformers, self.full_class).from_pretrained(path, **kw)
+        return full.thinker
+
+    def info(self) -> dict:
+        return dict(super().info(), model_class=self.thinker_class)
+
+
+@register("qwen2.5-omni")
+class Qwen25Omni(_OmniThinker):
+    """Qwen2.5-Omni-7B thinker (text output only), with Qwen's default system prompt."""
+    default_model = "Qwen/Qwen2.5-Omni-7B"
+    model_class = thinker_class = "Qwen2_5OmniThinkerForConditionalGeneration"
+    full_class = "Qwen2_5OmniForConditionalGeneration"
+    processor_class = "Qwen2_5OmniProcessor"
+    max_audio_seconds = 300.0
+
+
+@register("qwen3-omni")
+class Qwen3Omni(_OmniThinker):
+    """Qwen3-Omni-30B-A3B-Instruct thinker (MoE, text output only)."""
+    default_model = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
+    model_class = thinker_class = "Qwen3OmniMoeThinkerForConditionalGeneration"
+    full_class = "Qwen3OmniMoeForConditionalGeneration"
+    processor_class = "Qwen3OmniMoeProcessor"
+    system_prompt = None
+    max_audio_seconds = 600.0
+
+
+@register("audio-flamingo-3")
+class AudioFlamingo3(HFAudioLM):
+    """NVIDIA Audio Flamingo 3 (transformers port); `<sound>` placeholder, 30 s windows up to 10 min."""
+    default_model = "nvidia/audio-flamingo-3-hf"
+    model_class = "AudioFlamingo3ForConditionalGeneration"
+    max_audio_seconds = 600.0
+
+
+@register("phi-4-multimodal")
+class Phi4Multimodal(HFAudioLM):
+    """Microsoft Phi-4-multimodal-instruct (native transformers class); `<|audio|>` placeholder."""
+    default_model = "microsoft/Phi-4-multimodal-instruct"
+    model_class = "Phi4MultimodalForCausalLM"
+    max_audio_seconds = 1800.0
+    # Its conformer encoder sees batch padding (scores moved by ~0.05 nats, measured), so
+    # clips of different lengths never share a forward pass.
+    group_by_audio_length = True
+
+    def load_processor(self, path: str):
+        from transformers import AutoFeatureExtractor, AutoTokenizer, Phi4MultimodalProcessor
+        from .audio_only import audio_only_processor
+        tok = AutoTokenizer.from_pretrained(path)
+        return audio_only_processor(Phi4MultimodalProcessor, AutoFeatureExtractor.from_pretrained(path), tok,
+                                    _chat_template(path, tok), audio_slot="audio_processor")
+
+
+@register("voxtral")
+class Voxtral(HFAudioLM):
+    """Mistral Voxtral (Mini 3B / Small 24B); mistral-common tokenizer, audio sent as WAV in the chat."""
+    default_model = "mistralai/Voxtral-Mini-3B-2507"
+    model_class = "VoxtralForConditionalGeneration"
+    supports_loglikelihood = False  # the mistral-common chat encoder has no "prompt + fixed reply" form
+    max_audio_seconds = 1800.0
+
+    def load_processor(self, path: str):
+        try:
+            import mistral_common  # noqa: F401
+        except ImportError:
+            raise AdapterError("--model voxtral needs mistral-common (pip install mistral-common)") from None
+        from transformers import AutoProcessor
+        return AutoProcessor.from_pretrained(path)
+
+    def conversation(self, req: Request) -> list[dict]:
+        content = ([{"type": "audio", "base64": _wav_b64(req.audio, self.sample_rate)}] if req.audio is not None else [])
+        msgs = [{"role": "user", "content": content + [{"type": "text", "text": req.prompt}]}]
+        system = req.system if req.system is not None else self.system_prompt
+        return ([{"role": "system", "content": system}] if system else []) + msgs
+
+    def inputs(self, requests: list[Request]):
+        batch = self._processor.apply_chat_template(
+            [self.conversation(r) for r in requests], tokenize=True, return_dict=True, return_tensors="pt",
+            processor_kwargs={"text_kwargs": {"padding": True}})
+        return self._to_device(batch)

@@ -1,0 +1,69 @@
+"""An OpenAI-compatible chat endpoint that takes audio as `input_audio` content.
+
+GPT-4o audio models, and any vLLM server serving an audio LM (the fast path for big
+models: `vllm serve Qwen/Qwen2-Audio-7B-Instruct`). Requests run concurrently up to
+`concurrency`; transient errors (408/409/429/5xx, timeouts) are retried with exponential
+backoff and jitter. The key comes from the environment (`api_key_env`, default
+OPENAI_API_KEY) and is sent only in the Authorization header.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .base import Adapter, AdapterError, GenerationSettings, Request
+from .registry import register
+
+
+def wav16_b64(audio: np.ndarray, sr: int) -> str:
+    import soundfile as sf
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(audio, -1, 1), sr, format="WAV", subtype="PCM_16")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@register("openai-audio")
+class OpenAIAudio(Adapter):
+    """OpenAI-compatible chat API with `input_audio` (GPT-4o audio, vLLM audio servers)."""
+    max_audio_seconds = 600.0
+
+    def __init__(self, model: str | None = None, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 concurrency: int = 4, timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0,
+                 system_prompt: str | None = None):
+        super().__init__(model=model, base_url=base_url, api_key_env=api_key_env)
+        from casu_dataset.llm.backends import BackendError, OpenAIBackend
+        if concurrency < 1:
+            raise ValueError(f"openai-audio: concurrency must be >= 1, got {concurrency}")
+        try:
+            self.api = OpenAIBackend(base_url or os.environ.get("OPENAI_BASE_URL"), model,
+                                     api_key=os.environ.get(api_key_env, ""), timeout=timeout,
+                                     max_retries=max_retries, backoff=backoff)
+        except BackendError as err:
+            raise AdapterError(f"--model openai-audio: {err} (--model_args model=NAME)") from None
+        self.concurrency = int(concurrency)
+        self.system_prompt = system_prompt
+
+    def messages(self, req: Request) -> list[dict]:
+        content = []
+        if req.audio is not None:
+            content.append({"type": "input_audio",
+                            "input_audio": {"data": wav16_b64(req.audio, self.sample_rate), "format": "wav"}})
+        content.append({"type": "text", "text": req.prompt})
+        system = req.system if req.system is not None else self.system_prompt
+        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+
+    def _one(self, req: Request, settings: GenerationSettings) -> str:
+        from casu_dataset.llm.backends import BackendError
+        try:
+            return self.api.complete(self.messages(req), max_tokens=settings.max_new_tokens,
+                                     temperature=settings.temperature if settings.do_sample else 0.0)
+        except BackendError as err:
+            raise AdapterError(f"openai-audio: {err}") from None
+
+    def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests) or 1)) as pool:
+            return list(pool.map(lambda r: self._one(r, settings), requests))
