@@ -151,7 +151,7 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
         for u in batch:
             try:
                 reqs.append(Request(prompt=u.prompt, audio=_prepare_audio(u, data, adapter, state),
-                                    options=u.options, id=u.sample.id))
+                                    options=u.options, id=u.sample.id, task=u.task.task))
                 ok_units.append(u)
             except Exception as err:  # bad audio in one sample: recorded, the rest go on
                 out[u.key] = {"error": f"{type(err).__name__}: {err}"}

@@ -40,6 +40,7 @@ class Request:
     options: list[str] = field(default_factory=list)  # the replies scored by loglikelihood()
     system: str | None = None
     id: str = ""
+    task: str = ""  # the harness task name; cascades answer scene_description without the reasoner
 
 
 class Adapter:

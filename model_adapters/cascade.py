@@ -8,6 +8,10 @@
   causal LM folder, or `reasoner=openai` with `reasoner_base_url` / `reasoner_model` (key from
   CASU_LLM_API_KEY or OPENAI_API_KEY). Local reasoners score options by log-likelihood
   (mean per token by default, `normalize=sum` for the total); API reasoners generate.
+
+For scene description the cascade's text is its perception output, as in the paper's cascade
+rows: the caption (when there is a captioner) followed by the quoted transcript; the reasoner
+is not asked to rewrite it.
 """
 from __future__ import annotations
 
@@ -112,9 +116,22 @@ class Cascade(Adapter):
         return msgs + [{"role": "user", "content": f"{ctx}\n\n{req.prompt}" if ctx else req.prompt}]
 
     # -- reasoning ----------------------------------------------------------------------
+    def describe(self, req: Request) -> str:
+        if req.audio is None or not self.uses_audio:
+            return ""
+        self._context(req)
+        transcript, caption = self._texts[hashlib.sha256(req.audio.tobytes()).hexdigest()]
+        parts = [caption] if caption else []
+        if transcript:
+            parts.append(f'Someone says: "{transcript}"')
+        return " ".join(parts)
+
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         out = []
         for r in requests:
+            if r.task == "scene_description" and self.uses_audio:
+                out.append(self.describe(r))
+                continue
             msgs = self._messages(r)
             if self._api is not None:
                 out.append(self._api.complete(msgs, max_tokens=settings.max_new_tokens, temperature=settings.temperature))

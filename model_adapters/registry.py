@@ -40,8 +40,19 @@ def adapter_names() -> list[str]:
 
 
 def get_adapter(name: str) -> type[Adapter]:
+    """A registered name, or `package.module:Class` for an adapter defined outside this package."""
+    if ":" in name and name not in _MODULES:
+        mod, _, cls_name = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(mod), cls_name)
+        except (ImportError, AttributeError) as err:
+            raise AdapterError(f"--model {name!r}: cannot import it ({err})") from None
+        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+            raise AdapterError(f"--model {name!r}: not a model_adapters.Adapter subclass")
+        return cls
     if name not in _MODULES:
-        raise AdapterError(f"--model {name!r}: unknown model; choose one of {', '.join(adapter_names())}")
+        raise AdapterError(f"--model {name!r}: unknown model; choose one of {', '.join(adapter_names())} "
+                           "(or module:Class for your own adapter)")
     if name not in _REGISTRY:
         importlib.import_module(_MODULES[name])
     return _REGISTRY[name]
