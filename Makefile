@@ -8,11 +8,17 @@ export TRANSFORMERS_OFFLINE := 1
 setup:
 	@bash scripts/setup.sh
 
-# Builds CASU-mini (113 scenes, 377 questions) into ./casu_mini and composes the example
-# scenes into ./demo_out. The harness run on the built set comes with the evaluation work.
+# Builds CASU-mini (113 scenes, 377 questions) into ./casu_mini, composes the example scenes
+# into ./demo_out, then evaluates the offline cascade baseline (Whisper tiny.en -> SmolLM2)
+# and the blind and random baselines on it (results in demo_out/results/*/results.md).
+# Every model output is cached: a second `make demo` takes seconds.
 demo: setup
 	$(PY) -m casu_dataset build --out casu_mini --num-proc 2
 	$(PY) -m casu_dataset demo --out demo_out
+	$(PY) -m harness --model cascade --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness --model blind --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness table demo_out/results
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.
 test: setup

@@ -12,8 +12,8 @@ EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_SAMPLE_ERRORS = 0, 2, 3, 4
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness",
-        description="Evaluate an audio language model on CASU tasks. Subcommands: list, validate, push "
-                    "(`python -m harness list`).",
+        description="Evaluate an audio language model on CASU tasks. Subcommands: list, validate, table, "
+                    "push (`python -m harness list`).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", required=True, help="adapter name (see `python -m harness list`)")
     p.add_argument("--model_args", default="", help="k=v,k2=v2 passed to the adapter, e.g. pretrained=PATH,dtype=bfloat16")
@@ -196,9 +196,23 @@ def cmd_push(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def cmd_table(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness table",
+                                description="table 1 over every model's newest results in a folder")
+    p.add_argument("output_path", nargs="?", default="results")
+    a = p.parse_args(argv)
+    from .results import latest_documents, table1
+    docs = latest_documents(a.output_path) if os.path.isdir(a.output_path) else []
+    if not docs:
+        print(f"error: {a.output_path}: no results_*.json found", file=sys.stderr)
+        return EXIT_USAGE
+    print(table1(*docs))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run}
+    cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run, "table": cmd_table}
     if argv and argv[0] in cmds:
         return cmds[argv[0]](argv[1:])
     return cmd_run(argv)

@@ -76,17 +76,31 @@ def _val(m: dict | None, fmt: str = "{:.2f}") -> str:
     return "-" if not m or m.get("value") is None else fmt.format(m["value"])
 
 
-def table1(doc: dict, full: str = "PEB") -> str:
-    """Paper table 1: scene description metrics | the four tasks' accuracy (%)."""
+def _table1_row(doc: dict, full: str = "PEB") -> str:
     r = doc["results"]
     sd = r.get("scene_description", {}).get(full, {})
     name = doc["model"]["name"] + (" (hint)" if doc["config"].get("scene_hint") else "")
-    head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | " + " | ".join(SHORT[t] for t in MCQ_ORDER) + " |")
-    sep = "|" + "---|" * (5 + len(MCQ_ORDER))
     cells = [name, _val(sd.get("bleu4")), _val(sd.get("bertscore")), _val(sd.get("event_match")),
              _val(sd.get("one_minus_wer"))]
     cells += [_pct(r.get(t, {}).get(full, {}).get("accuracy")) for t in MCQ_ORDER]
-    return "\n".join([head, sep, "| " + " | ".join(cells) + " |"])
+    return "| " + " | ".join(cells) + " |"
+
+
+def table1(*docs: dict, full: str = "PEB") -> str:
+    """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run."""
+    head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | " + " | ".join(SHORT[t] for t in MCQ_ORDER) + " |")
+    sep = "|" + "---|" * (5 + len(MCQ_ORDER))
+    return "\n".join([head, sep, *(_table1_row(d, full) for d in docs)])
+
+
+def latest_documents(output_path: str | Path) -> list[dict]:
+    """The newest results document of each model under an output folder."""
+    docs = []
+    for d in sorted(p for p in Path(output_path).iterdir() if p.is_dir()):
+        files = sorted(d.glob("results_*.json"))
+        if files:
+            docs.append(json.loads(files[-1].read_text()))
+    return docs
 
 
 def table2(doc: dict) -> str:

@@ -136,12 +136,14 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
             state.cache_hits += 1
         else:
             todo.append(u)
-    # Neighbouring units share a scene (and its decoded, conditioned audio); a batch holds
-    # one task's units with one scoring mode.
-    todo.sort(key=lambda u: (u.task.task, u.mode, u.condition.name, u.sample.scene_id, u.sample.id, u.rotation))
+    # Neighbouring units share a scene (its decoded, conditioned audio, and in a cascade its
+    # transcript); a batch holds units with one scoring mode and one set of generation settings.
+    def group(u):
+        return u.mode, tuple(sorted(settings_for(u.task).to_dict().items()))
+    todo.sort(key=lambda u: (group(u), u.condition.name, u.sample.scene_id, u.task.task, u.sample.id, u.rotation))
     batches: list[list[Unit]] = []
     for u in todo:
-        if batches and len(batches[-1]) < batch_size and batches[-1][0].task is u.task and batches[-1][0].mode == u.mode:
+        if batches and len(batches[-1]) < batch_size and group(batches[-1][0]) == group(u):
             batches[-1].append(u)
         else:
             batches.append([u])

@@ -53,6 +53,7 @@ class Adapter:
       supports_loglikelihood / prefers_loglikelihood   option scoring instead of parsing text
     """
     name = "adapter"
+    version = 1  # bump when the adapter's outputs change for the same inputs (it keys the cache)
     sample_rate = 16000
     max_audio_seconds: float | None = None
     uses_audio = True
@@ -71,7 +72,8 @@ class Adapter:
 
     def info(self) -> dict:
         """What identifies the model's outputs: recorded in results and part of the cache key."""
-        return {"adapter": self.name, "model_args": {k: str(v) for k, v in sorted(self.model_args.items())}}
+        return {"adapter": self.name, "version": self.version,
+                "model_args": {k: str(v) for k, v in sorted(self.model_args.items())}}
 
     @property
     def fingerprint(self) -> str:

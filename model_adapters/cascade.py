@@ -36,6 +36,7 @@ def _context_text(transcript: str | None, caption: str | None) -> str:
 @register("cascade")
 class Cascade(Adapter):
     """Transcriber (+ optional captioner) -> text reasoner; offline default Whisper tiny.en + SmolLM2-135M."""
+    version = 2  # 2: the transcript is a separately cached prompt segment
     supports_loglikelihood = True
     prefers_loglikelihood = True
     max_audio_seconds = 600.0
@@ -144,6 +145,7 @@ class Cascade(Adapter):
             raise AdapterError("cascade: an API reasoner cannot score options; use --scoring generate")
         out = []
         for r in requests:
-            scores = self._lm.option_logprobs(self._messages(r), r.options)
+            # The transcript block is shared by every question on the clip: its KV cache is reused.
+            scores = self._lm.option_logprobs(self._messages(r), r.options, shared=self._context(r))
             out.append([s / n if self.normalize == "mean" else s for s, n in scores])
         return out

@@ -97,14 +97,48 @@ class LocalLM:
                                  do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id)
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
 
-    def option_logprobs(self, messages: list[dict], options: list[str], prefix: str = "") -> list[tuple[float, int]]:
+    def _segment_cache(self, ids: list[int]):
+        """KV cache of a prompt segment, kept for the next prompts that start with it."""
+        import copy
+        key = tuple(ids)
+        store = self.__dict__.setdefault("_segments", {})
+        if key not in store:
+            _, model = self._loaded
+            import torch
+            with torch.inference_mode():
+                store[key] = model(input_ids=torch.tensor([ids], device=self.device), use_cache=True,
+                                   logits_to_keep=1).past_key_values
+            while len(store) > 4:
+                store.pop(next(iter(store)))
+        return copy.deepcopy(store[key])
+
+    def _split(self, messages: list[dict], ctx: list[int], shared: str) -> int:
+        """Tokens of the prompt up to the end of `shared` (text in the last message), or 0."""
+        tok, _ = self._loaded
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        at = text.find(shared)
+        if at < 0:
+            return 0
+        head = tok(text[: at + len(shared)], add_special_tokens=False)["input_ids"]
+        n = 0
+        while n < min(len(head), len(ctx)) and head[n] == ctx[n]:
+            n += 1
+        return max(0, min(n - 1, len(ctx) - 1))  # stop short of a token BPE may merge across the boundary
+
+    def option_logprobs(self, messages: list[dict], options: list[str], prefix: str = "",
+                        shared: str | None = None) -> list[tuple[float, int]]:
         """(sum of token log-probs, token count) of each option as the assistant's reply.
 
         The shared prompt runs once; its KV cache is repeated for the options, which then
-        run as one right-padded batch (3-4x fewer tokens than scoring full sequences)."""
+        run as one right-padded batch (3-4x fewer tokens than scoring full sequences).
+        `shared` (text that many prompts contain, e.g. a transcript) splits the prompt: the
+        part up to it is always run as its own segment and its KV cache is reused by the
+        next prompts. The split depends only on the prompt, so scores never depend on which
+        prompts came before."""
         import torch
         tok, model = self._loaded
         ctx = self._prompt_ids(messages)[0].tolist() + (tok(prefix, add_special_tokens=False)["input_ids"] if prefix else [])
+        split = self._split(messages, ctx, shared) if shared else 0
         opt_ids = [tok(o, add_special_tokens=False)["input_ids"] or [tok.eos_token_id] for o in options]
         n, width = len(opt_ids), max(len(o) for o in opt_ids)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -115,7 +149,11 @@ class LocalLM:
             ids[i, : len(o)] = torch.tensor(o)
             mask[i, len(ctx): len(ctx) + len(o)] = 1
         with torch.inference_mode():
-            first = model(input_ids=torch.tensor([ctx], device=self.device), use_cache=True, logits_to_keep=1)
+            if split:
+                first = model(input_ids=torch.tensor([ctx[split:]], device=self.device),
+                              cache=self._segment_cache(ctx[:split]), use_cache=True, logits_to_keep=1)
+            else:
+                first = model(input_ids=torch.tensor([ctx], device=self.device), use_cache=True, logits_to_keep=1)
             cache = first.past_key_values
             cache.batch_repeat_interleave(n)
             out = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),

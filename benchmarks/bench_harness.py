@@ -1,0 +1,68 @@
+"""Harness overhead per request, model time excluded (target < 5 ms).
+
+A zero-cost adapter answers instantly, so everything measured is the harness: sample
+iteration, FLAC decoding, prompt building, cache lookups and writes, parsing and scoring.
+Baseline in the same run: a bare loop that only decodes each request's audio with soundfile
+(the least any harness must do). Datasets loading is timed separately (once per run)."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+from model_adapters.base import Adapter  # noqa: E402
+
+
+class Instant(Adapter):
+    name = "instant"
+
+    def generate(self, requests, settings):
+        return ["Answer: B" for _ in requests]
+
+
+def _dataset() -> Path:
+    d = ROOT / "casu_mini"
+    if (d / "contextual_reasoning").is_dir():
+        return d
+    raise SystemExit("bench_harness: build CASU-mini first (make demo)")
+
+
+def run() -> dict:
+    from casu_dataset.audio_io import decode_bytes
+    from casu_dataset.llm.cache import ResponseCache
+    from harness.data import CasuData
+    from harness.evaluate import EvalOptions, evaluate
+    from harness.task_config import load_tasks
+    ds = _dataset()
+    tasks = [t for t in load_tasks().values() if t.output_type == "multiple_choice"]
+    data = CasuData(ds)
+    t0 = time.perf_counter()
+    for t in tasks:
+        data.samples(t.dataset_config)
+    load_s = time.perf_counter() - t0
+    samples = [s for t in tasks for s in data.samples(t.dataset_config)]
+    t0 = time.perf_counter()
+    for s in samples:
+        decode_bytes(s.audio)
+    decode_ms = 1000 * (time.perf_counter() - t0) / len(samples)
+    out = {"dataset": str(ds), "requests": len(samples), "datasets_load_s": load_s,
+           "baseline_decode_only_ms_per_request": decode_ms}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = ResponseCache(Path(tmp) / "cache.sqlite")
+        for label in ("cold", "warm"):  # warm: every response from the cache (a resumed run)
+            ev = evaluate(Instant(), tasks, CasuData(ds), EvalOptions(progress=False, probe=False, batch_size=8), cache)
+            tm = ev["timing"]
+            out[f"{label}_overhead_ms_per_request"] = tm["overhead_ms_per_unit"]
+            out[f"{label}_scoring_s"] = tm["scoring_s"]
+    out["cold_overhead_over_decode_only"] = out["cold_overhead_ms_per_request"] / decode_ms
+    out["target_ms"] = 5.0
+    out["meets_target"] = out["cold_overhead_ms_per_request"] < 5.0
+    return out
+
+
+if __name__ == "__main__":
+    import json
+    print(json.dumps(run(), indent=1))
