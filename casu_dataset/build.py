@@ -53,6 +53,32 @@ class BuildReport:
     skipped: list[dict] = field(default_factory=list)
     cached: int = 0
     seconds: dict = field(default_factory=dict)
+    review: dict | None = None  # counts from the decisions file, when one was applied
+
+
+def apply_review(rows: dict[str, list[dict]], review) -> dict:
+    """Leave out rejected scenes and questions, apply question edits; returns the counts.
+
+    A rejected scene takes all its rows (scene, questions, description) with it."""
+    rejected_scenes = {item for (kind, item), d in review.final.items() if kind == "scene" and d["action"] == "reject"}
+    applied = {"questions_rejected": 0, "questions_edited": 0, "scenes_rejected": 0}
+    for c in CONFIGS:
+        kept = []
+        for r in rows[c]:
+            if r["scene_id"] in rejected_scenes:
+                applied["scenes_rejected"] += c == "scenes"
+                continue
+            if c in TASK_CONFIGS:
+                d = review.final.get(("question", r["id"]))
+                if d and d["action"] == "reject":
+                    applied["questions_rejected"] += 1
+                    continue
+                if d and d["action"] == "edit":
+                    r = dict(r, **d["edit"])
+                    applied["questions_edited"] += 1
+            kept.append(r)
+        rows[c] = kept
+    return dict(review.counts(), applied=applied, conflicts=len(review.conflicts), bad_lines=len(review.bad_lines))
 
 
 def scene_key(scene, seed: int, builder) -> str:
@@ -141,7 +167,9 @@ def build_settings(builder, seed: int, command: str) -> dict:
 def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_dir: str | Path | None = None,
                   progress: bool = True, command: str = "", num_shards: int = 1, shard_index: int = 0,
                   num_proc: int = 1, invalid: list[dict] | None = None,
-                  builder_spec: dict | None = None) -> BuildReport:
+                  builder_spec: dict | None = None, review_file: str | Path | None = None) -> BuildReport:
+    """`review_file` (default `<out>.decisions.jsonl` when it exists): human review decisions
+    to apply; corrupt lines in it are reported (and skipped), never fatal."""
     from tqdm import tqdm
     out = Path(out)
     cache_dir = Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu")) / "build"
@@ -167,6 +195,13 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
         for c, r in _rows(scene, built).items():
             rows[c].extend(r)
     report.seconds["scenes"] = time.perf_counter() - t0
+    from .review.decisions import decisions_path, load
+    rf = Path(review_file) if review_file else decisions_path(out)
+    if rf.is_file():
+        rv = load(rf)
+        for _, msg in rv.bad_lines:
+            print(f"review: skipped {msg}")
+        report.review = apply_review(rows, rv)
     t0 = time.perf_counter()
     settings = build_settings(builder, seed, command)
     write_folder(out, rows, report, settings)
@@ -263,6 +298,13 @@ def dataset_card(rows: dict, report: BuildReport, settings: dict) -> str:
     voice_rows = "\n".join(f"| {v['id']} | {v['engine']} ({v['base']}) | {_voice_license(v['engine'])} |"
                            for v in sorted(voices.values(), key=lambda v: v["id"]))
     skipped = "\n".join(f"- {s['scene_id']}: {s['reason']}" for s in report.skipped) or "none"
+    rv = report.review
+    review = ("Not reviewed yet (`python -m casu_dataset review --dataset PATH`)." if rv is None else
+              f"Human review: {rv['reviewed']} items reviewed, {rv['accepted']} accepted, {rv['edited']} edited, "
+              f"{rv['rejected']} rejected ({rv['applied']['questions_rejected']} questions and "
+              f"{rv['applied']['scenes_rejected']} scenes left out, {rv['applied']['questions_edited']} questions "
+              f"edited); {rv['conflicts']} items with conflicting reviewers (newest decision kept); "
+              f"{rv['bad_lines']} unreadable lines in the decisions file.")
     return f"""---
 license: other
 task_categories:
@@ -301,6 +343,10 @@ wav, sr = sf.read(io.BytesIO(ds[0]["audio"]["bytes"]))
 Scenes skipped: {len(report.skipped)}
 
 {skipped}
+
+## Review
+
+{review}
 
 ## How it was built
 

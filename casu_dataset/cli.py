@@ -210,6 +210,42 @@ def cmd_push(args) -> int:
     return 0
 
 
+def cmd_review(args) -> int:
+    from .review.server import ReviewError, serve
+    try:
+        srv, data = serve(args.dataset, args.host, args.port, args.reviewer)
+    except (ReviewError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    host, port = srv.server_address[:2]
+    print(f"reviewing {args.dataset}: {len(data.scenes)} scenes; decisions go to {data.log.path}\n"
+          f"open http://{host}:{port}/  (Ctrl+C stops; nothing is lost)", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_timeline(args) -> int:
+    import pyarrow.parquet as pq
+
+    from .audio_io import decode_bytes
+    from .review.timeline import timeline_png
+    try:
+        rows = pq.read_table(Path(args.dataset) / "scenes", columns=["scene_id", "audio", "annotation"]).to_pylist()
+    except (OSError, ValueError) as err:
+        print(f"error: --dataset {args.dataset}: {err}", file=sys.stderr)
+        return 2
+    row = next((r for r in rows if r["scene_id"] == args.scene), None)
+    if row is None:
+        print(f"error: --scene {args.scene!r} is not in {args.dataset}", file=sys.stderr)
+        return 2
+    Path(args.out).write_bytes(timeline_png(decode_bytes(row["audio"]["bytes"]), json.loads(row["annotation"])))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _common(p):
     p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
@@ -277,6 +313,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--folder", default="casu", help="the built dataset folder")
     p.add_argument("--private", action="store_true")
     p.set_defaults(fn=cmd_push)
+    p = sub.add_parser("review", help="serve the human review page for a built dataset")
+    p.add_argument("--dataset", required=True, help="a built dataset folder")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: this machine only)")
+    p.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"), help="default reviewer name")
+    p.set_defaults(fn=cmd_review)
+    p = sub.add_parser("timeline", help="write a scene's timeline picture (spectrogram + labelled spans) as PNG")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--scene", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_timeline)
     p = sub.add_parser("generate", help="LLM agent pipeline: scripts, descriptions and consensus-filtered questions")
     p.add_argument("--place", required=True)
     p.add_argument("--n", type=int, default=1, help="scenes to generate")

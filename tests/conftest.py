@@ -38,11 +38,8 @@ def speech_wavs(tmp_path_factory) -> list[Path]:
 HARNESS_SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one has a minimal pair
 
 
-@pytest.fixture(scope="session")
-def casu_small(tmp_path_factory) -> Path:
-    """A real built CASU dataset of a few scenes (5 with the pair variants), for the harness."""
-    import json
-
+def build_small(out: Path, lib_dir: Path):
+    """Build the HARNESS_SCENES into `out` (review decisions next to it are applied)."""
     import yaml
 
     from casu_dataset.build import build_dataset
@@ -53,12 +50,20 @@ def casu_small(tmp_path_factory) -> Path:
     from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    d = tmp_path_factory.mktemp("casu_small")
     docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]
-    (d / "lib.yaml").write_text(yaml.safe_dump([s for s in docs if s["id"] in HARNESS_SCENES], sort_keys=False))
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    (lib_dir / "lib.yaml").write_text(yaml.safe_dump([s for s in docs if s["id"] in HARNESS_SCENES], sort_keys=False))
     cache = Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
     builder = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
                            VoiceRegistry().available(), MixConfig(), None)
-    rep = build_dataset(d / "out", compile_library(d / "lib.yaml"), builder, seed=0, cache_dir=cache, progress=False)
+    return build_dataset(out, compile_library(lib_dir / "lib.yaml"), builder, seed=0, cache_dir=cache, progress=False)
+
+
+@pytest.fixture(scope="session")
+def casu_small(tmp_path_factory) -> Path:
+    """A real built CASU dataset of a few scenes (5 with the pair variants), for the harness."""
+    import json
+    d = tmp_path_factory.mktemp("casu_small")
+    rep = build_small(d / "out", d)
     assert len(rep.built) == 5, json.dumps(rep.skipped)
     return d / "out"
