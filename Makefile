@@ -16,7 +16,7 @@ demo: setup
 	$(PY) -m casu_dataset build --out casu_mini --num-proc 2
 	$(PY) -m casu_dataset demo --out demo_out
 	$(PY) -m harness --model cascade --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
-	$(PY) -m harness --model blind --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --dataset casu_mini --output_path demo_out/results --log_samples --quiet
 	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
 	$(PY) -m harness table demo_out/results
 

@@ -101,7 +101,7 @@ def per_task(questions: list[Question], choice: np.ndarray) -> dict:
 
 
 def format_report(cov: dict, blind: dict, unrealisable: list[dict] | None) -> str:
-    lines = [f"# CASU-mini validity report", "",
+    lines = ["# CASU-mini validity report", "",
              f"scenes {cov['scenes']} (+{cov['variants']} minimal-pair variants), questions {cov['questions']}, "
              f"minimal pairs {cov['minimal_pairs']}, places {cov['places']}, event types {cov['event_types']}, "
              f"background types {cov['background_types']}", "",

@@ -108,7 +108,7 @@ def test_random_baseline_is_seeded_and_batch_independent():
 
 
 @pytest.mark.slow
-def test_cascade_and_blind_on_real_scene_audio(casu_small):
+def test_cascade_and_blind_on_real_scene_audio(casu_small, tiny_dirs):
     from harness.conditions import FULL
     from harness.data import CasuData
     data = CasuData(casu_small)
@@ -122,6 +122,10 @@ def test_cascade_and_blind_on_real_scene_audio(casu_small):
     assert len(scores) == len(s.options) and all(np.isfinite(scores))
     desc = casc.generate([Request(prompt="Describe", audio=audio, task="scene_description")], SETTINGS)[0]
     assert desc.startswith('Someone says: "')
+    with_captioner = make_adapter("cascade", {"captioner": "qwen2-audio",
+                                              "captioner_pretrained": str(tiny_dirs["qwen2-audio"])})
+    ctx2 = with_captioner._messages(r)[-1]["content"]
+    assert "Sound description:" in ctx2 and "Speech transcript:" in ctx2
     blind = make_adapter("blind")
     assert blind._messages(r)[-1]["content"] == s.question  # no transcript, no audio
     assert len(blind.loglikelihood([r])[0]) == len(s.options)
@@ -180,3 +184,12 @@ def test_openai_audio_request_shape_and_key(monkeypatch):
     with pytest.raises(AdapterError) as err:
         a.generate([Request(prompt="x")], SETTINGS)
     assert "sk-very-secret" not in str(err.value)
+
+
+def test_harness_list_shows_every_adapter():
+    from model_adapters.registry import adapter_names
+    out = subprocess.run([sys.executable, "-m", "harness", "list"], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    for name in adapter_names():
+        assert f"  {name} " in out
+    assert "qwen2.5-omni" in out and "PEB" in out

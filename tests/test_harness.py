@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.conditions import FULL, parse_conditions
+from harness.conditions import parse_conditions
 from harness.data import CasuData
 from harness.evaluate import EvalOptions, evaluate
 from harness.results import document
@@ -154,6 +154,30 @@ def test_one_failing_sample_is_recorded_and_the_run_goes_on(casu_small):
     assert doc["status"] == "errors" and doc["n_errors"] == 1
 
 
+def test_the_adapters_audio_limits_are_respected(casu_small):
+    seen = []
+
+    class Short(Fixed):
+        sample_rate = 8000
+        max_audio_seconds = 1.0
+
+        def generate(self, requests, settings):
+            seen.extend(len(r.audio) for r in requests)
+            return super().generate(requests, settings)
+    ev = _eval(Short("A"), casu_small, probe=False, limit=2)
+    assert seen and max(seen) == 8000 and ev["truncated_audio"] == 2
+
+
+def test_cli_exit_status_says_when_samples_failed(casu_small, tmp_path):
+    sid = CasuData(casu_small).samples("role_inference")[0].id
+    p = harness("--model", "plugin_adapters:AudioHashAdapter", "--model_args", f"fail_on={sid}", "--tasks",
+                "role_inference", "--dataset", str(casu_small), "--output_path", str(tmp_path), "--quiet",
+                "--no_probe", check=False)
+    assert p.returncode == 4 and sid in p.stderr
+    doc = _results(tmp_path, "plugin_adapters__AudioHashAdapter")
+    assert doc["status"] == "errors" and doc["errors"][0]["id"] == sid
+
+
 def test_conditions_and_scene_hint_reach_the_model(casu_small):
     sys.path.insert(0, str(FIXTURES))
     from plugin_adapters import AudioHashAdapter
@@ -277,3 +301,5 @@ def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path)
     assert "hf_secret_token_123" not in p.stdout + p.stderr and ".eval_results/casu.yaml" in p.stdout
     with pytest.raises(ValueError, match="ORG/NAME"):
         plan_push(out, "no-slash")
+    t = harness("table", str(out)).stdout
+    assert t.splitlines()[2].startswith("| random |")
