@@ -107,7 +107,7 @@ class LocalLM:
             import torch
             with torch.inference_mode():
                 store[key] = model(input_ids=torch.tensor([ids], device=self.device), use_cache=True,
-                                   logits_to_keep=1).past_key_values
+                                   logits_to_keep=1).cache
             while len(store) > 4:
                 store.pop(next(iter(store)))
         return copy.deepcopy(store[key])
@@ -154,7 +154,7 @@ class LocalLM:
                               cache=self._segment_cache(ctx[:split]), use_cache=True, logits_to_keep=1)
             else:
                 first = model(input_ids=torch.tensor([ctx], device=self.device), use_cache=True, logits_to_keep=1)
-            cache = first.past_key_values
+            cache = first.cache
             cache.batch_repeat_interleave(n)
             out = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                         cache=cache, use_cache=True)
