@@ -1,6 +1,7 @@
 """Shared fixtures: real recordings and real synthesised speech, small and cached per session."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -67,3 +68,38 @@ def casu_small(tmp_path_factory) -> Path:
     rep = build_small(d / "out", d)
     assert len(rep.built) == 5, json.dumps(rep.skipped)
     return d / "out"
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def transformers_serve(model_dir: str):
+    """A real `transformers serve` process for a local model folder; yields its /v1 base URL."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
+    proc = subprocess.Popen([exe, "serve", "--port", str(port), model_dir], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"http://localhost:{port}/health", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail("transformers serve exited during start-up")
+                time.sleep(0.5)
+        else:
+            pytest.fail("transformers serve did not start in 120 s")
+        yield f"http://localhost:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

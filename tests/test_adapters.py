@@ -1,12 +1,8 @@
 """Model adapters: every transformers family on a tiny random-weight model (its real path,
 processor -> generate -> decode), batch-size invariance, clear load errors, lazy imports,
 the API adapter against a real `transformers serve` process, the cascade and baselines."""
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +10,8 @@ import pytest
 
 from model_adapters import AdapterError, GenerationSettings, Request, make_adapter
 from model_adapters import tiny
+
+from conftest import transformers_serve
 
 FAMILIES = {"qwen2-audio": tiny.build_qwen2_audio, "qwen2.5-omni": tiny.build_qwen2_5_omni,
             "qwen3-omni": tiny.build_qwen3_omni, "audio-flamingo-3": tiny.build_audio_flamingo3,
@@ -131,12 +129,6 @@ def test_cascade_and_blind_on_real_scene_audio(casu_small, tiny_dirs):
     assert len(blind.loglikelihood([r])[0]) == len(s.options)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_openai_audio_adapter_against_transformers_serve(tiny_dirs):
     """`transformers serve` accepts input_audio for a tiny Qwen2-Audio folder: its greedy replies
@@ -145,19 +137,8 @@ def test_openai_audio_adapter_against_transformers_serve(tiny_dirs):
 
     import soundfile as sf
     path = str(tiny_dirs["qwen2-audio"])
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
-    proc = subprocess.Popen([exe, "serve", "--port", str(port), path], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"http://localhost:{port}/health", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None, "transformers serve exited during start-up"
-                time.sleep(0.5)
-        api = make_adapter("openai-audio", {"model": path, "base_url": f"http://localhost:{port}/v1",
+    with transformers_serve(path) as url:
+        api = make_adapter("openai-audio", {"model": path, "base_url": url,
                                             "concurrency": 2, "max_retries": 1})
         local = make_adapter("qwen2-audio", {"pretrained": path, "dtype": "float32"})
         reqs = _requests()
@@ -168,9 +149,6 @@ def test_openai_audio_adapter_against_transformers_serve(tiny_dirs):
         served = api.generate(reqs, SETTINGS)
         assert served == local.generate(reqs, SETTINGS)
         assert len(set(served)) > 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_openai_audio_request_shape_and_key(monkeypatch):

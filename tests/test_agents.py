@@ -4,16 +4,11 @@ Control flow is driven by a replay backend (a fixed list of replies) so each fai
 hit exactly; the real paths run against SmolLM2-135M locally and through a real
 `transformers serve` process on localhost."""
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from conftest import transformers_serve
 
 from casu_dataset.agents.pipeline import Candidate, Vote, critic_votes, run_pipeline, script_agent
 from casu_dataset.agents.structured import StructuredOutputError, ask_json, extract_json
@@ -162,35 +157,12 @@ def test_real_smollm2_local_structured_vote():
     assert len(votes) == 2 and all(v in (None, "A", "B", "C", "D") for v in votes)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served_smollm2():
     from casu_dataset.llm.local import smollm2_dir
     path = str(smollm2_dir())
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
-    proc = subprocess.Popen([exe, "serve", "--port", str(port), path], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"http://localhost:{port}/health", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail("transformers serve exited during start-up")
-                time.sleep(0.5)
-        else:
-            pytest.fail("transformers serve did not start in 120 s")
-        yield f"http://localhost:{port}/v1", path
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with transformers_serve(path) as url:
+        yield url, path
 
 
 def test_real_openai_compatible_server(served_smollm2):

@@ -19,6 +19,8 @@ from harness.results import document
 from harness.task_config import TaskConfigError, load_task, load_tasks, select_tasks
 from model_adapters.base import Adapter
 
+from conftest import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 ENV = {**os.environ, "PYTHONPATH": f"{FIXTURES}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
@@ -260,7 +262,7 @@ def test_torchrun_two_processes_give_the_same_results(casu_small, tmp_path):
             "--dataset", str(casu_small), "--quiet", "--log_samples", "--cache", "off"]
     harness(*args, "--output_path", str(tmp_path / "one"))
     torchrun = Path(sys.executable).with_name("torchrun")
-    p = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "harness",
+    p = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "harness",
                         *args, "--output_path", str(tmp_path / "two")], env=ENV, cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -271,13 +273,6 @@ def test_torchrun_two_processes_give_the_same_results(casu_small, tmp_path):
         a = sorted((tmp_path / "one" / "plugin_adapters__AudioHashAdapter").glob(f"samples_{t}_*"))[0].read_text()
         b = sorted((tmp_path / "two" / "plugin_adapters__AudioHashAdapter").glob(f"samples_{t}_*"))[0].read_text()
         assert a == b
-
-
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path):

@@ -2,7 +2,6 @@
 import json
 import os
 import shutil
-import socket
 import threading
 import time
 import urllib.error
@@ -15,7 +14,7 @@ import pytest
 from casu_dataset.review.decisions import DecisionLog, decisions_path, load
 from casu_dataset.review.server import serve
 
-from conftest import build_small
+from conftest import build_small, free_port
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -62,17 +61,11 @@ def test_bad_decisions_name_the_field(tmp_path):
     assert not (tmp_path / "d.jsonl").exists()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def served(casu_small, tmp_path):
     ds = tmp_path / "ds"
     shutil.copytree(casu_small, ds)
-    srv, data = serve(ds, "127.0.0.1", _free_port(), "tester")
+    srv, data = serve(ds, "127.0.0.1", free_port(), "tester")
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield ds, f"http://127.0.0.1:{srv.server_address[1]}/", data
     srv.shutdown()
