@@ -62,42 +62,32 @@ def _requests(n: int, seconds: float = 30.0):
 
 def _build(family: str, size: str, device: str):
     import torch
-    from transformers import (Qwen2_5OmniThinkerConfig, Qwen2_5OmniThinkerForConditionalGeneration, Qwen2AudioConfig,
-                              Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor, WhisperFeatureExtractor)
+    import transformers
+    from transformers import WhisperFeatureExtractor
 
     from model_adapters import make_adapter, tiny
     from model_adapters.audio_only import audio_only_processor
-    fe = WhisperFeatureExtractor(feature_size=128)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    full = size == "full"
     if family == "qwen2-audio":
-        tok = tiny.byte_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>",
-                                   "<|audio_eos|>"])
-        proc = Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok, chat_template=tiny.QWEN_AUDIO_TEMPLATE)
+        proc = tiny.qwen2_audio_processor()
+        tok = proc.tokenizer
         spec = QWEN2_AUDIO_7B
-        text = dict(spec["text"]) if size == "full" else tiny._text_cfg(spec["text"]["vocab_size"])
-        audio = dict(spec["audio"]) if size == "full" else tiny._whisper_cfg()
-        cfg = Qwen2AudioConfig(audio_config=audio, text_config=text, audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
-        cls = Qwen2AudioForConditionalGeneration
+        cfg = tiny.qwen2_audio_config(tok, dict(spec["audio"]) if full else tiny._whisper_cfg(),
+                                      dict(spec["text"]) if full else tiny._text_cfg(spec["text"]["vocab_size"]))
+        cls = transformers.Qwen2AudioForConditionalGeneration
     else:
         tok = tiny._omni_tokenizer()
-        proc = audio_only_processor(__import__("transformers").Qwen2_5OmniProcessor, fe, tok, tiny.QWEN_OMNI_TEMPLATE)
-        ids = tiny._omni_ids(tok)
+        proc = audio_only_processor(transformers.Qwen2_5OmniProcessor, WhisperFeatureExtractor(feature_size=128), tok,
+                                    tiny.QWEN_OMNI_TEMPLATE)
         spec = QWEN25_OMNI_7B_THINKER
-        if size == "full":
+        if full:
             audio, vision, text = dict(spec["audio"]), dict(spec["vision"]), dict(spec["text"])
         else:
-            audio = tiny._whisper_cfg(output_dim=32, n_window=50)
-            vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
-                          fullatt_block_indexes=[0])
-            text = tiny._text_cfg(spec["text"]["vocab_size"], rope_parameters={
-                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
-        text["model_type"] = "qwen2_5_omni_text"
-        cfg = Qwen2_5OmniThinkerConfig(
-            audio_config=audio, vision_config=vision, text_config=text, audio_token_index=ids["audio_token_id"],
-            image_token_index=ids["image_token_id"], video_token_index=ids["video_token_id"],
-            audio_start_token_id=ids["audio_start_token_id"], audio_end_token_id=ids["audio_end_token_id"],
-            vision_start_token_id=ids["vision_start_token_id"], user_token_id=tok.convert_tokens_to_ids("<|im_start|>"))
-        cls = Qwen2_5OmniThinkerForConditionalGeneration
+            audio, vision = tiny._whisper_cfg(**tiny.TINY_OMNI_AUDIO), tiny.TINY_OMNI_VISION
+            text = tiny._text_cfg(spec["text"]["vocab_size"], rope_parameters=tiny.TINY_MROPE)
+        cfg = tiny.qwen2_5_omni_thinker_config(tok, audio, vision, text)
+        cls = transformers.Qwen2_5OmniThinkerForConditionalGeneration
     torch.manual_seed(0)
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

@@ -160,14 +160,11 @@ def cmd_validate(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from pathlib import Path
 
-    from .task_config import TaskConfigError, load_task, load_tasks
+    from .task_config import DEFAULT_TASKS_DIR, TaskConfigError, load_task, load_tasks
     bad = 0
-    targets = [Path(x) for x in a.paths] or [None]
-    for t in targets:
+    for t in [Path(x) for x in a.paths] or [DEFAULT_TASKS_DIR]:
         try:
-            found = load_tasks([t] if t is not None and t.is_dir() else None) if t is None or t.is_dir() \
-                else {load_task(t).task: None}
-            for name in found:
+            for name in (load_tasks([t]) if t.is_dir() else {load_task(t).task: None}):
                 print(f"ok  {name}")
         except TaskConfigError as err:
             print(f"bad {err}", file=sys.stderr)

@@ -98,7 +98,8 @@ def _text_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> tupl
         f1 = M.bertscore_f1(hyps, refs, model=model)
         for r, v in zip(ok, f1):
             r["bertscore_f1"] = v
-        res["bertscore"] = dict(M.mean_with_ci(f1, seed=opts.seed), model=model, num_layers=6, rescaled=False)
+        res["bertscore"] = dict(M.mean_with_ci(f1, seed=opts.seed), model=model, num_layers=M.BERT_LAYERS,
+                                rescaled=False)
     if "event_match" in task.metrics and ok:
         matcher = opts.event_matcher or M.EmbeddingEventMatcher()
         vals = []

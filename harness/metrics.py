@@ -78,7 +78,11 @@ def _bert_scorer(model: str, num_layers: int):
     return BERTScorer(model_type=model, num_layers=num_layers, lang="en", rescale_with_baseline=False)
 
 
-def bertscore_f1(hyps: list[str], refs: list[str], model: str | None = None, num_layers: int = 6) -> list[float]:
+BERT_LAYERS = 6  # all-MiniLM-L6-v2's last layer
+
+
+def bertscore_f1(hyps: list[str], refs: list[str], model: str | None = None,
+                 num_layers: int = BERT_LAYERS) -> list[float]:
     """Per-sample BERTScore F1. Scores are only comparable within one model and layer,
     so both are recorded with the results (default: the local all-MiniLM-L6-v2, layer 6)."""
     out = [0.0] * len(hyps)  # an empty description scores 0 (bert-score cannot embed "")

@@ -9,7 +9,6 @@ processes and gathered before scoring, so results do not depend on the process c
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from casu_dataset.llm.cache import ResponseCache
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 from .conditions import FULL, Condition
@@ -49,13 +49,13 @@ class RunState:
     truncated: set = field(default_factory=set)
 
 
-def _h(x) -> str:
-    return hashlib.sha256(json.dumps(x, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+def _h(parts: list) -> str:
+    return ResponseCache.key(*parts)[:16]  # the same JSON-then-SHA-256 key as before, shortened
 
 
-def settings_for(task: TaskConfig, max_new_tokens: int | None = None) -> GenerationSettings:
+def settings_for(task: TaskConfig) -> GenerationSettings:
     g = task.generation
-    return GenerationSettings(max_new_tokens=max_new_tokens or g.max_new_tokens, do_sample=g.do_sample,
+    return GenerationSettings(max_new_tokens=g.max_new_tokens, do_sample=g.do_sample,
                               temperature=g.temperature).check()
 
 

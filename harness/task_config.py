@@ -80,6 +80,8 @@ def load_task(path: str | Path) -> TaskConfig:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise TaskConfigError(f"{path}: cannot read it ({err.strerror})") from None
     except yaml.YAMLError as err:
         raise TaskConfigError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):

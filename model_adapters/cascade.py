@@ -103,25 +103,31 @@ class Cascade(Adapter):
         return self._captioner.generate([Request(prompt=CAPTION_PROMPT, audio=audio)],
                                         GenerationSettings(max_new_tokens=200))[0]
 
-    def _context(self, req: Request) -> str | None:
+    def _texts_of(self, req: Request) -> tuple[str | None, str | None] | None:
+        """(transcript, caption) of the request's clip, computed once per clip; None without audio."""
         if req.audio is None or not self.uses_audio:
             return None
         key = hashlib.sha256(req.audio.tobytes()).hexdigest()
         if key not in self._texts:  # one transcription per clip, however many questions share it
             self._texts[key] = (self._transcribe(req.audio), self._caption(req.audio))
-        return _context_text(*self._texts[key])
+        return self._texts[key]
 
-    def _messages(self, req: Request) -> list[dict]:
-        ctx = self._context(req)
+    def _context(self, req: Request) -> str | None:
+        texts = self._texts_of(req)
+        return _context_text(*texts) if texts else None
+
+    def _messages(self, req: Request, ctx: str | None = None) -> list[dict]:
+        """The reasoner's chat; `ctx` is the request's context text when the caller has it already."""
+        ctx = ctx if ctx is not None else self._context(req)
         msgs = [{"role": "system", "content": req.system}] if req.system else []
         return msgs + [{"role": "user", "content": f"{ctx}\n\n{req.prompt}" if ctx else req.prompt}]
 
     # -- reasoning ----------------------------------------------------------------------
     def describe(self, req: Request) -> str:
-        if req.audio is None or not self.uses_audio:
+        texts = self._texts_of(req)
+        if texts is None:
             return ""
-        self._context(req)
-        transcript, caption = self._texts[hashlib.sha256(req.audio.tobytes()).hexdigest()]
+        transcript, caption = texts
         parts = [caption] if caption else []
         if transcript:
             parts.append(f'Someone says: "{transcript}"')
@@ -146,6 +152,7 @@ class Cascade(Adapter):
         out = []
         for r in requests:
             # The transcript block is shared by every question on the clip: its KV cache is reused.
-            scores = self._lm.option_logprobs(self._messages(r), r.options, shared=self._context(r))
+            ctx = self._context(r)
+            scores = self._lm.option_logprobs(self._messages(r, ctx), r.options, shared=ctx)
             out.append([s / n if self.normalize == "mean" else s for s, n in scores])
         return out

@@ -11,10 +11,11 @@ with tiny random models in tests/test_adapters.py).
 from __future__ import annotations
 
 import base64
-import io
 import os
 
 import numpy as np
+
+from casu_dataset.audio_io import wav_bytes
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
 from .registry import register
@@ -80,7 +81,6 @@ class HFAudioLM(Adapter):
     def _load(self):
         if self._model is not None:
             return
-        import torch
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         kw = {"dtype": _torch_dtype(self.dtype_name, self.device)}
         if self.device_map:
@@ -99,7 +99,6 @@ class HFAudioLM(Adapter):
         if not self.device_map:
             model.to(self.device)
         model.eval()
-        torch.set_grad_enabled(False)
         self._model = model
         self._tokenizer.padding_side = "left"
 
@@ -208,7 +207,8 @@ class HFAudioLM(Adapter):
         if self.positions_from_mask:
             # Plain forward passes (unlike generate) number positions from 0 even under left padding.
             batch["position_ids"] = (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
-        logits = self._model(**batch).logits.float()
+        with torch.inference_mode():
+            logits = self._model(**batch).logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1)
         ids = batch["input_ids"][:, 1:]
         scores: list[list[float]] = [[] for _ in requests]
@@ -226,13 +226,6 @@ def _cuda() -> bool:
         return False
 
 
-def _wav_b64(x: np.ndarray, sr: int) -> str:
-    import soundfile as sf
-    buf = io.BytesIO()
-    sf.write(buf, np.asarray(x, dtype=np.float32), sr, format="WAV", subtype="FLOAT")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 @register("qwen2-audio")
 class Qwen2Audio(HFAudioLM):
     """Qwen2-Audio-7B-Instruct (audio encoder + Qwen2 LM); `<|AUDIO|>` placeholder; 30 s per clip."""
@@ -243,7 +236,6 @@ class Qwen2Audio(HFAudioLM):
 
 class _OmniThinker(HFAudioLM):
     """Omni models run through the thinker only: text output, no talker, greedy decoding."""
-    thinker_class = ""
     full_class = ""
     processor_class = ""
     positions_from_mask = False  # M-RoPE positions come from the model's own get_rope_index
@@ -263,20 +255,17 @@ class _OmniThinker(HFAudioLM):
         from transformers import AutoConfig
         cfg = AutoConfig.from_pretrained(path)
         if cfg.model_type.endswith("_thinker"):
-            return getattr(transformers, self.thinker_class).from_pretrained(path, **kw)
+            return getattr(transformers, self.model_class).from_pretrained(path, **kw)
         # A full omni checkpoint: load it, then keep only the thinker (the talker makes speech).
         full = getattr(transformers, self.full_class).from_pretrained(path, **kw)
         return full.thinker
-
-    def info(self) -> dict:
-        return dict(super().info(), model_class=self.thinker_class)
 
 
 @register("qwen2.5-omni")
 class Qwen25Omni(_OmniThinker):
     """Qwen2.5-Omni-7B thinker (text output only), with Qwen's default system prompt."""
     default_model = "Qwen/Qwen2.5-Omni-7B"
-    model_class = thinker_class = "Qwen2_5OmniThinkerForConditionalGeneration"
+    model_class = "Qwen2_5OmniThinkerForConditionalGeneration"
     full_class = "Qwen2_5OmniForConditionalGeneration"
     processor_class = "Qwen2_5OmniProcessor"
     max_audio_seconds = 300.0
@@ -286,7 +275,7 @@ class Qwen25Omni(_OmniThinker):
 class Qwen3Omni(_OmniThinker):
     """Qwen3-Omni-30B-A3B-Instruct thinker (MoE, text output only)."""
     default_model = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
-    model_class = thinker_class = "Qwen3OmniMoeThinkerForConditionalGeneration"
+    model_class = "Qwen3OmniMoeThinkerForConditionalGeneration"
     full_class = "Qwen3OmniMoeForConditionalGeneration"
     processor_class = "Qwen3OmniMoeProcessor"
     system_prompt = None
@@ -336,7 +325,9 @@ class Voxtral(HFAudioLM):
         return AutoProcessor.from_pretrained(path)
 
     def conversation(self, req: Request) -> list[dict]:
-        content = ([{"type": "audio", "base64": _wav_b64(req.audio, self.sample_rate)}] if req.audio is not None else [])
+        content = []
+        if req.audio is not None:
+            content.append({"type": "audio", "base64": base64.b64encode(wav_bytes(req.audio, self.sample_rate)).decode()})
         msgs = [{"role": "user", "content": content + [{"type": "text", "text": req.prompt}]}]
         system = req.system if req.system is not None else self.system_prompt
         return ([{"role": "system", "content": system}] if system else []) + msgs

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .audio_only import audio_only_processor  # noqa: F401  (re-exported for tests)
-
 QWEN_SPECIALS = {
     "audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>",
     "image_token": "<|IMAGE|>", "video_token": "<|VIDEO|>", "vision_bos_token": "<|vision_bos|>",
@@ -68,15 +66,24 @@ def _save(model, processor, out: Path) -> Path:
     return out
 
 
+def qwen2_audio_processor():
+    """A Qwen2-Audio processor on the byte-level tokenizer, with the model's chat structure."""
+    from transformers import Qwen2AudioProcessor, WhisperFeatureExtractor
+    tok = byte_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"])
+    return Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=128), tokenizer=tok,
+                               chat_template=QWEN_AUDIO_TEMPLATE)
+
+
+def qwen2_audio_config(tok, audio: dict, text: dict):
+    from transformers import Qwen2AudioConfig
+    return Qwen2AudioConfig(audio_config=audio, text_config=text, audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
+
+
 def build_qwen2_audio(out: Path, seed: int = 0) -> Path:
     import torch
-    from transformers import (Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor,
-                              WhisperFeatureExtractor)
-    tok = byte_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"])
-    proc = Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=128), tokenizer=tok,
-                               chat_template=QWEN_AUDIO_TEMPLATE)
-    cfg = Qwen2AudioConfig(audio_config=_whisper_cfg(), text_config=_text_cfg(len(tok), initializer_range=0.2),
-                           audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
+    from transformers import Qwen2AudioForConditionalGeneration
+    proc = qwen2_audio_processor()
+    cfg = qwen2_audio_config(proc.tokenizer, _whisper_cfg(), _text_cfg(len(proc.tokenizer), initializer_range=0.2))
     torch.manual_seed(seed)
     return _save(Qwen2AudioForConditionalGeneration(cfg).eval(), proc, Path(out))
 
@@ -102,23 +109,31 @@ def _omni_ids(tok) -> dict:
                 vision_start_token_id=c("<|vision_bos|>"))
 
 
-def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
-    """The thinker alone (text output), saved as a Qwen2_5OmniThinkerForConditionalGeneration."""
-    import torch
-    from transformers import Qwen2_5OmniThinkerConfig, Qwen2_5OmniThinkerForConditionalGeneration
-    from transformers import WhisperFeatureExtractor
-    tok = _omni_tokenizer()
+TINY_OMNI_AUDIO = dict(output_dim=32, n_window=50)
+TINY_OMNI_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                        fullatt_block_indexes=[0])
+TINY_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+
+
+def qwen2_5_omni_thinker_config(tok, audio: dict, vision: dict, text: dict):
+    """A Qwen2.5-Omni thinker config whose special-token ids are the tokenizer's."""
+    from transformers import Qwen2_5OmniThinkerConfig
     ids = _omni_ids(tok)
-    cfg = Qwen2_5OmniThinkerConfig(
-        audio_config=_whisper_cfg(output_dim=32, n_window=50),
-        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
-                           fullatt_block_indexes=[0]),
-        text_config=_text_cfg(len(tok), initializer_range=0.2,
-                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}),
+    return Qwen2_5OmniThinkerConfig(
+        audio_config=audio, vision_config=vision, text_config=dict(text, model_type="qwen2_5_omni_text"),
         audio_token_index=ids["audio_token_id"], image_token_index=ids["image_token_id"],
         video_token_index=ids["video_token_id"], audio_start_token_id=ids["audio_start_token_id"],
         audio_end_token_id=ids["audio_end_token_id"], vision_start_token_id=ids["vision_start_token_id"],
         user_token_id=tok.convert_tokens_to_ids("<|im_start|>"))
+
+
+def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
+    """The thinker alone (text output), saved as a Qwen2_5OmniThinkerForConditionalGeneration."""
+    import torch
+    from transformers import Qwen2_5OmniThinkerForConditionalGeneration, WhisperFeatureExtractor
+    tok = _omni_tokenizer()
+    cfg = qwen2_5_omni_thinker_config(tok, _whisper_cfg(**TINY_OMNI_AUDIO), TINY_OMNI_VISION,
+                                      _text_cfg(len(tok), initializer_range=0.2, rope_parameters=TINY_MROPE))
     torch.manual_seed(seed)
     return _save_parts(Qwen2_5OmniThinkerForConditionalGeneration(cfg).eval(), tok,
                        WhisperFeatureExtractor(feature_size=128), QWEN_OMNI_TEMPLATE, Path(out))

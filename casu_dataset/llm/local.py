@@ -64,6 +64,7 @@ class LocalLM:
         self.name = model
         self.device = device
         self.dtype = dtype
+        self._segments: dict = {}  # prompt-segment token ids -> KV cache (a few, oldest dropped)
 
     @functools.cached_property
     def _loaded(self):
@@ -101,7 +102,7 @@ class LocalLM:
         """KV cache of a prompt segment, kept for the next prompts that start with it."""
         import copy
         key = tuple(ids)
-        store = self.__dict__.setdefault("_segments", {})
+        store = self._segments
         if key not in store:
             _, model = self._loaded
             import torch

@@ -40,6 +40,7 @@ class ReviewData:
                         "id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
                         "minimal_pair_id"]).to_pylist():
                     self.questions.setdefault(r["scene_id"], []).append(r)
+        self.question_ids = {q["id"] for qs in self.questions.values() for q in qs}
         self.log = DecisionLog(decisions_path(self.root))
 
     def state(self, reviewer: str) -> dict:
@@ -125,8 +126,7 @@ def make_handler(data: ReviewData, reviewer: str):
                 body.setdefault("reviewer", reviewer)
                 body.pop("time", None)  # the server stamps the time
                 kind, item = body.get("kind"), body.get("item")
-                known = (kind == "scene" and item in data.scenes) or (
-                    kind == "question" and any(q["id"] == item for qs in data.questions.values() for q in qs))
+                known = (kind == "scene" and item in data.scenes) or (kind == "question" and item in data.question_ids)
                 if not known:
                     raise DecisionError(f"{kind} {item!r} is not in this dataset")
                 rec = data.log.append(body)
