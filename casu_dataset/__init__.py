@@ -1,2 +1,2 @@
 """CASU data pipeline: scene scripts -> layers -> mix -> dataset."""
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -42,8 +42,8 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int = SAMPLE_RATE) -> np.ndarray
     return soxr.resample(x.astype(np.float32, copy=False), sr_in, sr_out, quality="HQ").astype(np.float32)
 
 
-def load_audio(path: str | Path, sr: int = SAMPLE_RATE) -> np.ndarray:
-    """Read a file as mono float32 at `sr`."""
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """Read a file as checked mono float32 at its own rate: (samples, rate)."""
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: audio file not found")
@@ -51,7 +51,13 @@ def load_audio(path: str | Path, sr: int = SAMPLE_RATE) -> np.ndarray:
         data, file_sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError) as err:
         raise AudioError(f"{path}: unreadable or corrupt audio ({err})") from None
-    return load_array(data, file_sr, str(path), sr)
+    return check_audio(to_mono(check_audio(data, str(path))), str(path)), int(file_sr)
+
+
+def load_audio(path: str | Path, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """Read a file as mono float32 at `sr`."""
+    x, file_sr = read_audio(path)
+    return check_audio(resample(x, file_sr, sr), str(path))
 
 
 def load_array(data: np.ndarray, file_sr: int, name: str, sr: int = SAMPLE_RATE) -> np.ndarray:

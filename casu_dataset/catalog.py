@@ -6,6 +6,12 @@ CSV with keywords and licenses), FSD50K (ground-truth CSV with AudioSet label na
 ARCA23K (ground-truth CSV with one AudioSet label per clip). Rows that cannot be used are
 either raised on (`on_error="raise"`, naming file and row) or skipped and counted in
 `catalog.report`.
+
+Clip audio is validated by `source_check` (readable, finite, not silent, long enough for its
+kind, duration measured): `validate="load"` checks every clip while loading (the default for
+manifests and the embedded bank; results are cached on disk by content), `validate="lazy"`
+checks a clip when retrieval first picks it (the default for the large corpora). Rejected
+clips are listed in `catalog.rejected` ({clip_id, path, reason}) and counted in the report.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import soundfile as sf
+
+from . import source_check
 
 KINDS = ("background", "event")
 MIN_LOOPABLE_S = 2.0  # a bed this long or longer can loop with a crossfade
@@ -65,11 +73,19 @@ class LoadReport:
         return s + ("" if not reasons else " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")")
 
 
+VALIDATE_MODES = ("load", "lazy")
+
+
 class Catalog:
-    def __init__(self, name: str, clips: list[CatalogClip], report: LoadReport | None = None):
+    def __init__(self, name: str, clips: list[CatalogClip], report: LoadReport | None = None,
+                 rejected: list[dict] | None = None, lazy: dict | None = None):
         self.name = name
         self.clips = clips
         self.report = report or LoadReport(loaded=len(clips))
+        self.rejected: list[dict] = list(rejected or [])   # {clip_id, path, reason}
+        self._lazy: dict[str, source_check.CheckCache] = dict(lazy or {})  # clip id -> checker, until checked
+        self.verdicts: dict[str, str | None] = {}   # lazily checked clips: id -> reason, None if usable
+        self.measured_duration: dict[str, float] = {}
         ids = {}
         for i, c in enumerate(clips):
             if c.id in ids:
@@ -88,6 +104,26 @@ class Catalog:
         except KeyError:
             raise KeyError(f"catalog {self.name}: no clip {clip_id!r}") from None
 
+    def check(self, clip: CatalogClip) -> str | None:
+        """Why a clip cannot be mixed (validating it now if its catalog is lazy), or None."""
+        if clip.id in self.verdicts:
+            return self.verdicts[clip.id]
+        checks = self._lazy.pop(clip.id, None)
+        if checks is None:
+            return None   # validated when loaded
+        reason, m = checks.reason(clip.path, clip.kind)
+        checks.save()
+        self.verdicts[clip.id] = reason
+        if reason:
+            self.rejected.append({"clip_id": clip.id, "path": clip.path, "reason": reason})
+            self.report.skip(f"{self.name}: clip {clip.id}", reason)
+        elif "duration" in m:
+            self.measured_duration[clip.id] = m["duration"]
+        return reason
+
+    def duration_of(self, clip: CatalogClip) -> float:
+        return self.measured_duration.get(clip.id, clip.duration)
+
     def fingerprint(self) -> str:
         """Content hash of what retrieval sees: ids, kinds, captions, keywords, durations."""
         h = hashlib.sha256()
@@ -96,13 +132,19 @@ class Catalog:
         return h.hexdigest()[:20]
 
     def merged(self, other: "Catalog") -> "Catalog":
-        return Catalog(f"{self.name}+{other.name}", self.clips + other.clips,
-                       LoadReport(self.report.loaded + other.report.loaded, self.report.skipped + other.report.skipped))
+        cat = Catalog(f"{self.name}+{other.name}", self.clips + other.clips,
+                      LoadReport(self.report.loaded + other.report.loaded, self.report.skipped + other.report.skipped),
+                      self.rejected + other.rejected, {**self._lazy, **other._lazy})
+        cat.verdicts = {**self.verdicts, **other.verdicts}
+        cat.measured_duration = {**self.measured_duration, **other.measured_duration}
+        return cat
 
     # --- loaders ---------------------------------------------------------------------
     @classmethod
-    def from_manifest(cls, path: str | Path, on_error: str = "raise") -> "Catalog":
-        """A CASU manifest.json: {"clips": [{id, kind, caption|captions, keywords, file, duration, ...}]}."""
+    def from_manifest(cls, path: str | Path, on_error: str = "raise", validate: str = "load",
+                      cache_dir: str | Path | None = None) -> "Catalog":
+        """A CASU manifest.json: {"clips": [{id, kind, caption|captions, keywords, file, ...}]}.
+        A `duration` field is only a hint: validation measures the audio."""
         path = Path(path)
         try:
             data = json.loads(path.read_text())
@@ -121,7 +163,8 @@ class Catalog:
                 if not audio.is_file():
                     raise FileNotFoundError(f"missing audio file: {audio}")
                 clip = CatalogClip(id=cid, kind=row["kind"], captions=list(caps), keywords=list(row["keywords"]),
-                                   path=str(audio), duration=float(row["duration"]), type=row.get("type", ""),
+                                   path=str(audio), duration=float(row.get("duration") or 0.0),
+                                   type=row.get("type", ""),
                                    sample_rate=row.get("sample_rate"), license=row.get("license", ""),
                                    author=row.get("author") or "", source=row.get("source_package", ""))
                 if clip.kind not in KINDS:
@@ -133,17 +176,16 @@ class Catalog:
                 continue
             seen.add(cid)
             clips.append(clip)
-        report.loaded = len(clips)
-        return cls(data.get("name", path.stem), clips, report)
+        return _validated(cls, data.get("name", path.stem), clips, report, validate, cache_dir, path)
 
     @classmethod
-    def embedded(cls) -> "Catalog":
+    def embedded(cls, cache_dir: str | Path | None = None) -> "Catalog":
         from .bank import bank_dir
-        return cls.from_manifest(bank_dir() / "manifest.json")
+        return cls.from_manifest(bank_dir() / "manifest.json", cache_dir=cache_dir)
 
     @classmethod
     def from_clotho(cls, captions_csv: str | Path, audio_dir: str | Path, metadata_csv: str | Path | None = None,
-                    on_error: str = "skip") -> "Catalog":
+                    on_error: str = "skip", validate: str = "lazy", cache_dir: str | Path | None = None) -> "Catalog":
         """Clotho: `file_name,caption_1..caption_5`; beds (15-30 s scenes). The optional
         metadata CSV gives `keywords` (';'-separated) and `license` per file."""
         captions_csv, audio_dir = Path(captions_csv), Path(audio_dir)
@@ -172,22 +214,23 @@ class Catalog:
             clips.append(CatalogClip(id=f"clotho:{name}", kind="background", captions=caps, keywords=kws,
                                      path=str((audio_dir / name).resolve()), duration=info[0], sample_rate=info[1],
                                      license=m.get("license", ""), source="Clotho"))
-        report.loaded = len(clips)
-        return cls("clotho", clips, report)
+        return _validated(cls, "clotho", clips, report, validate, cache_dir, captions_csv)
 
     @classmethod
-    def from_fsd50k(cls, labels_csv: str | Path, audio_dir: str | Path, on_error: str = "skip") -> "Catalog":
+    def from_fsd50k(cls, labels_csv: str | Path, audio_dir: str | Path, on_error: str = "skip",
+                    validate: str = "lazy", cache_dir: str | Path | None = None) -> "Catalog":
         """FSD50K ground truth: `fname,labels,mids,split`; labels are AudioSet ontology names
         (comma-separated, underscores for spaces), most specific first."""
-        return cls._from_labels(labels_csv, audio_dir, "fsd50k", "labels", on_error)
+        return cls._from_labels(labels_csv, audio_dir, "fsd50k", "labels", on_error, validate, cache_dir)
 
     @classmethod
-    def from_arca23k(cls, labels_csv: str | Path, audio_dir: str | Path, on_error: str = "skip") -> "Catalog":
+    def from_arca23k(cls, labels_csv: str | Path, audio_dir: str | Path, on_error: str = "skip",
+                     validate: str = "lazy", cache_dir: str | Path | None = None) -> "Catalog":
         """ARCA23K ground truth: `fname,label` with one AudioSet class per clip."""
-        return cls._from_labels(labels_csv, audio_dir, "arca23k", "label", on_error)
+        return cls._from_labels(labels_csv, audio_dir, "arca23k", "label", on_error, validate, cache_dir)
 
     @classmethod
-    def _from_labels(cls, labels_csv, audio_dir, name, column, on_error) -> "Catalog":
+    def _from_labels(cls, labels_csv, audio_dir, name, column, on_error, validate, cache_dir) -> "Catalog":
         labels_csv, audio_dir = Path(labels_csv), Path(audio_dir)
         report, clips = LoadReport(), []
         seen: dict[str, str] = {}
@@ -212,8 +255,7 @@ class Catalog:
                                      keywords=[n.lower() for n in names][:8], path=str(path.resolve()),
                                      duration=info[0], sample_rate=info[1], type=labels[0],
                                      license=row.get("license", ""), source=name.upper()))
-        report.loaded = len(clips)
-        return cls(name, clips, report)
+        return _validated(cls, name, clips, report, validate, cache_dir, labels_csv)
 
 
 _STOP = set("a an the of and or in on at to is are was were with by for from into over under as "
@@ -259,6 +301,29 @@ def _audio_info(path: Path):
     if info.frames == 0:
         return f"empty audio: {path}"
     return float(info.duration), int(info.samplerate)
+
+
+def _validated(cls, name: str, clips: list[CatalogClip], report: LoadReport, validate: str, cache_dir,
+               source: Path) -> Catalog:
+    """The catalog of the clips whose audio passes `source_check` (now, or on first use if lazy)."""
+    if validate not in VALIDATE_MODES:
+        raise CatalogError(f"{source}: validate={validate!r} is not one of {VALIDATE_MODES}")
+    checks = source_check.CheckCache(cache_dir, scope=str(Path(source).resolve()))
+    if validate == "lazy":
+        report.loaded = len(clips)
+        return cls(name, clips, report, lazy={c.id: checks for c in clips})
+    good, rejected = [], []
+    for c in clips:
+        reason, m = checks.reason(c.path, c.kind)
+        if reason:
+            rejected.append({"clip_id": c.id, "path": c.path, "reason": reason})
+            report.skip(f"{name}: clip {c.id}", reason)
+            continue
+        c.duration, c.sample_rate = m["duration"], m["sample_rate"]
+        good.append(c)
+    checks.save()
+    report.loaded = len(good)
+    return cls(name, good, report, rejected)
 
 
 def _handle(on_error: str, report: LoadReport, where: str, reason: str) -> None:

@@ -117,11 +117,15 @@ def cmd_voices(args) -> int:
 
 
 def cmd_validity(args) -> int:
+    from .scenarios.families import DEFAULT_V2_DIR, is_family_library
+    src = args.scenarios or DEFAULT_V2_DIR
+    if is_family_library(src):
+        return _family_validity(args, src)
     from .catalog import Catalog
     from .retrieval import Embedder, Retriever
-    from .scenarios.library import DEFAULT_DIR, all_questions, compile_library
+    from .scenarios.library import all_questions, compile_library
     from .validity import BLIND_TARGET, coverage, format_report, realisability, run_blind
-    scenes = compile_library(args.scenarios or DEFAULT_DIR)
+    scenes = compile_library(src)
     qs = all_questions(scenes)
     emb = Embedder()
     lm = None
@@ -136,6 +140,37 @@ def cmd_validity(args) -> int:
         Path(args.out).write_text(report + "\n")
     over = [k for k, v in blind.items() if isinstance(v, float) and v > BLIND_TARGET and "length" not in k]
     return 1 if over or bad else 0
+
+
+def _family_validity(args, src) -> int:
+    """Contrast-family invariants (exit 1 naming family and field when one breaks), counts,
+    stem identity in a built dataset (--dataset) and the blind baselines."""
+    from . import family_validity as fv
+    from .catalog import Catalog
+    from .retrieval import Embedder, Retriever
+    from .scenarios.families import FamilyError, compile_families
+    try:
+        scenes = compile_families(src)
+    except FamilyError as err:
+        print(f"validity: {err}", file=sys.stderr)
+        return 1
+    violations = fv.check_scenes(scenes)
+    emb = Embedder()
+    violations += fv.check_retrieval(scenes, Retriever(Catalog.embedded(), emb, cache_dir=args.cache))
+    built = fv.check_built(args.dataset) if args.dataset else None
+    blind = fv.embedding_readers(scenes, emb)
+    blind.update(fv.length_readers(scenes))
+    if not args.no_lm:
+        from .llm.local import LocalLM
+        blind.update(fv.lm_question_only(scenes, LocalLM(args.lm)))
+    report = fv.format_report(fv.counts(scenes), violations, blind, built)
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report + "\n")
+    bad = violations + (built[0] if built else [])
+    for v in bad:
+        print(f"validity: {v}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def cmd_generate(args) -> int:
@@ -167,11 +202,21 @@ def cmd_generate(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .build import build_dataset
-    from .scenarios.library import DEFAULT_DIR, LibraryError, compile_library
+    from .build import BuildError, build_dataset
+    from .scenarios.families import DEFAULT_V2_DIR, compile_families, is_family_library
+    from .scenarios.library import DEFAULT_DIR, LibraryError, compile_library, library_name
+    if args.max_skips is not None and args.max_skips < 0:
+        print(f"error: --max-skips {args.max_skips}: must be >= 0", file=sys.stderr)
+        return 2
+    lib = {None: DEFAULT_V2_DIR, "default": DEFAULT_V2_DIR, "v2": DEFAULT_V2_DIR,
+           "v1": DEFAULT_DIR}.get(args.scenarios) or Path(args.scenarios)
+    if not Path(lib).exists():
+        print(f"error: --scenarios {args.scenarios}: no such file or folder", file=sys.stderr)
+        return 2
     invalid: list[dict] = []
     try:
-        scenes = compile_library(DEFAULT_DIR if args.scenarios in (None, "default") else args.scenarios, invalid)
+        # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.
+        scenes = compile_families(lib, invalid) if is_family_library(lib) else compile_library(lib, invalid)
     except LibraryError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -179,9 +224,14 @@ def cmd_build(args) -> int:
     builder = _builder(args)
     command = "python -m casu_dataset " + " ".join(sys.argv[1:]) if args.record_command else "python -m casu_dataset build"
     t = time.perf_counter()
-    rep = build_dataset(args.out, scenes, builder, seed=args.seed, cache_dir=args.cache, command=command,
-                        num_shards=args.num_shards, shard_index=args.shard_index, num_proc=args.num_proc,
-                        invalid=invalid, builder_spec=_spec(args))
+    try:
+        rep = build_dataset(args.out, scenes, builder, seed=args.seed, cache_dir=args.cache, command=command,
+                            num_shards=args.num_shards, shard_index=args.shard_index, num_proc=args.num_proc,
+                            invalid=invalid, builder_spec=_spec(args), name=args.name or library_name(lib),
+                            max_skips=None if args.allow_skips else (args.max_skips or 0))
+    except BuildError as err:
+        print(f"error: build failed: {err}", file=sys.stderr)
+        return 1
     print(f"built {len(rep.built)} scenes ({rep.cached} from cache), skipped {len(rep.skipped)} "
           f"in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.seconds.items()))
     if args.num_proc == 1:
@@ -193,8 +243,12 @@ def cmd_build(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .build import merge_folders
-    rep = merge_folders(args.out, args.shards)
+    from .build import BuildError, merge_folders
+    try:
+        rep = merge_folders(args.out, args.shards)
+    except (BuildError, FileNotFoundError, ValueError) as err:
+        print(f"error: merge failed: {err}", file=sys.stderr)
+        return 1
     print(f"merged {len(args.shards)} shards: {len(rep.built)} scenes, {len(rep.skipped)} skipped -> {args.out}")
     return 0
 
@@ -285,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=None)
     p.set_defaults(fn=cmd_voices)
     p = sub.add_parser("validity", help="coverage counts, realisability and blind baselines of a scenario library")
-    p.add_argument("--scenarios", default=None, help="scenario folder (default: the shipped CASU-mini)")
+    p.add_argument("--scenarios", default=None, help="scenario or family folder/file (default: the shipped CASU-mini v2 families)")
+    p.add_argument("--dataset", default=None, help="a built dataset folder: also check that stems shared by variants are identical")
     p.add_argument("--lm", default="smollm2", help="text LM for the log-likelihood blind baseline")
     p.add_argument("--no-lm", action="store_true", help="skip the LM baseline (it takes a few minutes on CPU)")
     p.add_argument("--out", default=None, help="also write the Markdown report here")
@@ -293,12 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_validity)
     p = sub.add_parser("build", help="build the dataset folder (parquet + dataset card)")
     p.add_argument("--out", required=True)
-    p.add_argument("--scenarios", default="default", help="scenario folder or file (default: CASU-mini)")
+    p.add_argument("--scenarios", default="default",
+                   help="family or scenario folder/file; 'default' or 'v2': the CASU-mini v2 contrast families; "
+                        "'v1': the old CASU-mini scenarios")
     p.add_argument("--num-shards", type=int, default=1, help="split the build into N deterministic slices")
     p.add_argument("--shard-index", type=int, default=0, help="which slice to build (0..N-1)")
     p.add_argument("--num-proc", type=int, default=1, help="worker processes on this machine")
     p.add_argument("--no-check-speech", action="store_true", help="skip the Whisper intelligibility check")
     p.add_argument("--record-command", action="store_true", help="write the exact command line into the card")
+    p.add_argument("--name", default=None, help="dataset name for the card (default: CASU-mini for the shipped "
+                                                  "library, else the scenario folder's or file's name)")
+    p.add_argument("--allow-skips", action="store_true", help="write the dataset even when scenes were skipped")
+    p.add_argument("--max-skips", type=int, default=None,
+                   help="write the dataset when at most N scenes were skipped (default 0: any skip fails the build)")
     p.add_argument("--catalog", action="append", default=None,
                    help="sound catalog (repeatable, merged): embedded (default), a manifest.json, "
                         "clotho:CSV:AUDIO_DIR[:META], fsd50k:CSV:AUDIO_DIR or arca23k:CSV:AUDIO_DIR")

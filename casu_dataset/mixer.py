@@ -17,8 +17,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__
-from .audio_io import SAMPLE_RATE, AudioError, file_sha256, load_audio, write_wav
-from .loudness import db_to_gain, gated_lufs, kweight, measure_lufs
+from .audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
+from .loudness import db_to_gain, gated_lufs, kweight
 from .script import SceneScript
 from .timeline import Timeline, TimingConfig, resolve
 
@@ -82,17 +82,20 @@ class ClipCache:
         self._clips: dict[tuple, Clip] = {}
         self._kw: dict[tuple, np.ndarray] = {}
 
-    def get(self, path: str) -> Clip:
+    def get(self, path: str, kind: str | None = None) -> Clip:
+        """The clip, DC removed; AudioError naming the file if it is unusable (silent, too short
+        for `kind`, unreadable, ...), so no scene applies a huge gain to a degenerate source."""
+        from .source_check import load_source
         p = Path(path)
         try:
             st = p.stat()
         except OSError:
             raise AudioError(f"{path}: audio file not found") from None
-        key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, kind)
         clip = self._clips.get(key)
         if clip is None:
-            audio = load_audio(p, self.sr)
-            clip = Clip(audio=audio, sha256=file_sha256(p), lufs=measure_lufs(audio, self.sr))
+            audio, lufs = load_source(p, self.sr, kind)
+            clip = Clip(audio=audio, sha256=file_sha256(p), lufs=lufs)
             if len(self._clips) >= self.max_items:
                 self._clips.pop(next(iter(self._clips)))
             self._clips[key] = clip
@@ -181,32 +184,52 @@ def _placed(audio: np.ndarray, n_max: int, cfg: MixConfig) -> np.ndarray:
 
 
 def _plan(script: SceneScript, sources: SceneSources, clips: dict[str, Clip], seed: int,
-          cfg: MixConfig) -> dict:
-    """Draw every free parameter and resolve times: the spec that `_render` consumes."""
+          cfg: MixConfig, rng_key: str | None = None, turn_reserve: list[float] | None = None) -> dict:
+    """Draw every free parameter and resolve times: the spec that `_render` consumes.
+
+    `rng_key` (default: the scene id) names the random stream: the variants of a contrast
+    family share one, so their voices' timing and levels are drawn alike. `turn_reserve`
+    gives each turn a minimum slot length (the longest of a crossed family's speech versions),
+    and an event with a `window` occupies exactly that long: the timeline then does not
+    depend on which version or which clip fills a variant."""
     sr = cfg.sample_rate
-    rng = scene_rng(seed, script.id)
+    rng = scene_rng(seed, rng_key or script.id)
     turn_durs = [clips[s.path].audio.shape[0] / sr for s in sources.turns]
-    event_durs = []
+    if turn_reserve is not None and len(turn_reserve) != len(turn_durs):
+        raise ValueError(f"scene {script.id}: turn_reserve has {len(turn_reserve)} entries for {len(turn_durs)} turns")
+    slot_turns = [max(d, r) for d, r in zip(turn_durs, turn_reserve)] if turn_reserve else turn_durs
+    event_durs, slot_events = [], []
     for e, s in zip(script.events, sources.events):
         d = clips[s.path].audio.shape[0] / sr
-        event_durs.append(min(d, e.max_duration) if e.max_duration else d)
-    tl: Timeline = resolve(script, turn_durs, event_durs, rng, cfg.timing_config(), cfg.fixed_duration)
+        d = min(d, e.max_duration) if e.max_duration else d
+        d = min(d, e.window) if e.window else d
+        event_durs.append(d)
+        slot_events.append(e.window if e.window else d)
+    tl: Timeline = resolve(script, slot_turns, slot_events, rng, cfg.timing_config(), cfg.fixed_duration)
     n = int(round(tl.duration * sr))
-    bed_len = clips[sources.background.path].audio.shape[0]
-    bg_offset = int(rng.integers(0, bed_len - n + 1)) if bed_len >= n else 0
+    # Levels are drawn before the bed offset: the offset's range depends on the bed's length,
+    # and the speech level must not depend on which bed a variant has.
     speech_snr = float(rng.uniform(*cfg.speech_snr_db))
     event_snr = float(rng.uniform(*cfg.event_snr_db))
+    bed_len = clips[sources.background.path].audio.shape[0]
+    bg_offset = int(rng.integers(0, bed_len - n + 1)) if bed_len >= n else 0
+    events = []
+    for s, d in zip(tl.events, event_durs):
+        off = min(s.onset + d, tl.duration)
+        events.append({"onset_samples": int(round(s.onset * sr)), "onset": s.onset, "offset": off,
+                       "length_samples": int(round((off - s.onset) * sr))})
     return {
         "num_samples": n,
         "duration": n / sr,
         "background": {"offset_samples": bg_offset, "looped": bed_len < n},
-        "turns": [{"onset_samples": int(round(s.onset * sr)), "onset": s.onset, "offset": s.offset}
-                  for s in tl.turns],
-        "events": [{"onset_samples": int(round(s.onset * sr)), "onset": s.onset, "offset": s.offset,
-                    "length_samples": int(round((s.offset - s.onset) * sr))} for s in tl.events],
+        "turns": [{"onset_samples": int(round(s.onset * sr)), "onset": s.onset, "offset": s.onset + d}
+                  for s, d in zip(tl.turns, turn_durs)],
+        "events": events,
         "speech_snr_db": speech_snr,
         "event_snr_db": event_snr,
         "timing_draws": tl.drawn,
+        "rng_key": rng_key or script.id,
+        "turn_reserve": list(turn_reserve) if turn_reserve else None,
         "notes": tl.notes,
     }
 
@@ -273,8 +296,13 @@ def _measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cac
 
 
 def _render(plan: dict, sources: SceneSources, clips: dict[str, Clip], cfg: MixConfig,
-            gains: dict | None, cache: ClipCache) -> tuple[np.ndarray, dict[str, np.ndarray], dict]:
+            gains: dict | None, cache: ClipCache, clip_gain: float | None = None
+            ) -> tuple[np.ndarray, dict[str, np.ndarray], dict]:
+    """`clip_gain` forces the anti-clipping gain (a contrast family shares the smallest of its
+    variants' gains, so stems that should be identical across variants stay identical)."""
     n = plan["num_samples"]
+    if clip_gain is None and gains is not None and gains.get("clip_gain_forced"):
+        clip_gain = gains["clip_gain"]
     bed, placed = _unit_layers(plan, sources, clips, cfg)
     if gains is None:
         gains = _measure_gains(plan, clips[sources.background.path], placed, cfg, cache)
@@ -285,14 +313,19 @@ def _render(plan: dict, sources: SceneSources, clips: dict[str, Clip], cfg: MixC
     mixture = stems["background"] + stems["speech"]
     mixture += stems["events"]
     peak = max(float(mixture.max()), -float(mixture.min())) if n else 0.0
-    clip_gain = 1.0
-    if peak > cfg.peak_limit:
+    forced = clip_gain is not None
+    if forced:
+        if peak * clip_gain > cfg.peak_limit * (1 + 1e-6):
+            raise ValueError(f"forced clip gain {clip_gain:.6f} leaves a peak of {peak * clip_gain:.4f} "
+                             f"above the {cfg.peak_limit} limit")
+    else:
+        clip_gain = cfg.peak_limit / peak if peak > cfg.peak_limit else 1.0
+    if clip_gain != 1.0:
         # Scale the mixture and the stems alike so mixture == sum(stems) still holds.
-        clip_gain = cfg.peak_limit / peak
         g32 = np.float32(clip_gain)
         mixture = mixture * g32
         stems = {k: v * g32 for k, v in stems.items()}
-    gains = dict(gains, clip_gain=clip_gain, peak_before=peak)
+    gains = dict(gains, clip_gain=clip_gain, peak_before=peak, clip_gain_forced=forced)
     return mixture, stems, gains
 
 
@@ -302,8 +335,10 @@ def _load_clips(sources: SceneSources, cache: ClipCache) -> dict[str, Clip]:
 
 
 def compose(script: SceneScript, sources: SceneSources, seed: int = 0, cfg: MixConfig | None = None,
-            cache: ClipCache | None = None, extra: dict | None = None) -> MixResult:
-    """Mix one scene. `extra` (e.g. voice assignments) is stored in the annotation as is."""
+            cache: ClipCache | None = None, extra: dict | None = None, rng_key: str | None = None,
+            turn_reserve: list[float] | None = None, clip_gain: float | None = None) -> MixResult:
+    """Mix one scene. `extra` (e.g. voice assignments) is stored in the annotation as is;
+    `rng_key`, `turn_reserve` and `clip_gain` serve contrast families (see `_plan`, `_render`)."""
     cfg = cfg or MixConfig()
     cache = cache or ClipCache(cfg.sample_rate)
     if len(sources.turns) != len(script.turns):
@@ -311,8 +346,8 @@ def compose(script: SceneScript, sources: SceneSources, seed: int = 0, cfg: MixC
     if len(sources.events) != len(script.events):
         raise ValueError(f"scene {script.id}: {len(sources.events)} event sources for {len(script.events)} events")
     clips = _load_clips(sources, cache)
-    plan = _plan(script, sources, clips, seed, cfg)
-    mixture, stems, gains = _render(plan, sources, clips, cfg, None, cache)
+    plan = _plan(script, sources, clips, seed, cfg, rng_key, turn_reserve)
+    mixture, stems, gains = _render(plan, sources, clips, cfg, None, cache, clip_gain)
     ann = _annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra or {})
     return MixResult(mixture, stems, ann)
 

@@ -31,26 +31,42 @@ class SceneBuilder:
         self.cache = self.cache or ClipCache(self.mix_config.sample_rate)
         self.timings = {"retrieve": 0.0, "speech+check": 0.0, "mix": 0.0}
 
-    def retrieve(self, script: SceneScript, seed: int) -> dict:
-        h = int(hashlib.sha256(script.id.encode()).hexdigest()[:8], 16)
-        rng = np.random.default_rng([int(seed), h, 0x5EED])
-        bed = self.retriever.choose(script.background.description, script.background.keywords, rng,
+    def retrieve(self, script: SceneScript, seed: int, rng_key: str | None = None) -> dict:
+        """Bed and event clips. Each layer draws its tie-breaks from its own stream keyed on
+        (seed, rng_key, layer id), and windowed (slot) events are chosen last, so a contrast
+        family's shared layers get the same clips whichever fill its slot has."""
+        key = rng_key or script.id
+
+        def rng_for(layer: str) -> np.random.Generator:
+            h = int(hashlib.sha256(f"{key}/{layer}".encode()).hexdigest()[:8], 16)
+            return np.random.default_rng([int(seed), h, 0x5EED])
+        bed = self.retriever.choose(script.background.description, script.background.keywords, rng_for("background"),
                                     tie_margin=self.tie_margin, min_score=self.min_score, kind="background",
                                     min_duration=script.max_duration, allow_loop=True)
-        used, events = {bed.clip.id}, []
-        for e in script.events:
-            m = self.retriever.choose(e.description, e.keywords, rng, tie_margin=self.tie_margin,
+        used, events = {bed.clip.id}, [None] * len(script.events)
+        order = sorted(range(len(script.events)), key=lambda j: script.events[j].window is not None)
+        for j in order:
+            e = script.events[j]
+            m = self.retriever.choose(e.description, e.keywords, rng_for(f"event:{e.id}"), tie_margin=self.tie_margin,
                                       min_score=self.min_score, kind="event", exclude=used)
             used.add(m.clip.id)
-            events.append(m)
+            events[j] = m
         return {"background": bed, "events": events}
 
-    def build(self, script: SceneScript, seed: int) -> MixResult:
+    def speech(self, script: SceneScript, seed: int, rng_key: str | None = None):
+        """The synthesised (and checked) speech layer; cached per turn, so cheap to repeat."""
+        return build_speech_layer(script, self.registry, seed, self.synth, self.checker, self.max_wer,
+                                  rng_key=rng_key)
+
+    def build(self, script: SceneScript, seed: int, rng_key: str | None = None,
+              turn_reserve: list[float] | None = None, clip_gain: float | None = None) -> MixResult:
+        """One scene. Contrast-family variants pass the family's `rng_key`, the crossed family's
+        `turn_reserve` and the family-wide `clip_gain` (see mixer.compose)."""
         import time
         t0 = time.perf_counter()
-        found = self.retrieve(script, seed)
+        found = self.retrieve(script, seed, rng_key)
         t1 = time.perf_counter()
-        speech = build_speech_layer(script, self.registry, seed, self.synth, self.checker, self.max_wer)
+        speech = self.speech(script, seed, rng_key)
         t2 = time.perf_counter()
         self.timings["retrieve"] += t1 - t0
         self.timings["speech+check"] += t2 - t1
@@ -62,9 +78,16 @@ class SceneBuilder:
                      "catalog": self.retriever.catalog.name, "catalog_fingerprint": self.retriever.catalog.fingerprint(),
                      "background": _match(found["background"]), "events": [_match(m) for m in found["events"]]}
         res = compose(script, sources, seed, self.mix_config, self.cache,
-                      extra={"retrieval": retrieval, "speech": speech.annotation()})
+                      extra={"retrieval": retrieval, "speech": speech.annotation()}, rng_key=rng_key,
+                      turn_reserve=turn_reserve, clip_gain=clip_gain)
         res.annotation = portable_paths(res.annotation, {"{speech_cache}": self.synth.dir})
         self.timings["mix"] += time.perf_counter() - t2
+        # Each turn checked in the mixture too (raises MixIntelligibilityError: the scene is skipped).
+        from .speech.mix_check import check_mix, transcript_cache
+        t3 = time.perf_counter()
+        res.annotation["extra"]["mix_intelligibility"] = check_mix(
+            res, self.checker, self.max_wer, cache=transcript_cache(self.synth.dir.parent / "mixcheck"))
+        self.timings["mix check"] = self.timings.get("mix check", 0.0) + time.perf_counter() - t3
         return res
 
 

@@ -13,9 +13,21 @@ Default a = 0.6: on the shipped 160-query set for the embedded bank (130 direct,
 queries) it ties the best precision@1 (0.963) and has the best hit@5 (0.988) of the values
 tried; a = 1 (descriptions only) is worst on indirect queries (p@1 0.667), a = 0 (keywords
 only) ties on p@1 but misses more in the top 5. `python -m casu_dataset retrieval-eval` prints it.
+
+Determinism: a BLAS kernel's result depends on the thread count and the batch shape, so the
+last bits of an embedding (and a recorded score) used to change with machine load. `encode`
+runs on one torch thread and batches only texts of equal token length (no padding), so each
+embedding is a function of its text alone; embeddings are then rounded to multiples of
+2**-QUANT_BITS, which makes every dot product of two of them exact in float32 (each product is
+a multiple of 2**-22 and every partial sum of unit vectors is <= 1 < 2**24 * 2**-22), so a
+score does not depend on the summation order either. The rounding moves a score by < 1e-3.
+
+Retrieval skips clips the catalog rejects: a lazily validated catalog checks each candidate
+when it first reaches the top k, and the search repeats without it if it is unusable.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -29,6 +41,8 @@ from .catalog import Catalog, CatalogClip
 DEFAULT_ALPHA = 0.6
 DEFAULT_TIE_MARGIN = 0.02
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+QUANT_BITS = 11
+EMBED_VERSION = 2  # bump when what `Embedder.encode` returns changes (it keys the embedding cache)
 
 
 class RetrievalError(LookupError):
@@ -62,11 +76,40 @@ class Embedder:
         return int(self.model.get_embedding_dimension())
 
     def encode(self, texts: list[str], batch_size: int = 128) -> np.ndarray:
+        """Unit-norm embeddings on the 2**-QUANT_BITS grid; identical bytes under any thread count."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        e = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                              convert_to_numpy=True, show_progress_bar=False)
-        return e.astype(np.float32)
+        texts = list(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Token counts as the model itself tokenizes (truncated to its max length).
+        lengths = self.model.tokenize(texts)["attention_mask"].sum(dim=1).numpy()
+        with torch_threads(1):
+            for n in np.unique(lengths):  # equal lengths: no padding, so a text's batch-mates do not matter
+                idx = np.flatnonzero(lengths == n)
+                out[idx] = self.model.encode([texts[i] for i in idx], batch_size=batch_size,
+                                             normalize_embeddings=True, convert_to_numpy=True,
+                                             show_progress_bar=False)
+        return quantize(out)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run torch ops on `n` intra-op threads, restoring the caller's setting afterwards."""
+    import torch
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def quantize(x: np.ndarray) -> np.ndarray:
+    """Round to multiples of 2**-QUANT_BITS (exact in float32), so dot products are exact."""
+    q = float(2 ** QUANT_BITS)
+    return (np.round(np.asarray(x, dtype=np.float64) * q) / q).astype(np.float32)
 
 
 def keyword_text(keywords: list[str]) -> str:
@@ -74,14 +117,15 @@ def keyword_text(keywords: list[str]) -> str:
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
     n = np.linalg.norm(x, axis=-1, keepdims=True)
-    return (x / np.maximum(n, 1e-12)).astype(np.float32)
+    return quantize(x / np.maximum(n, 1e-12))
 
 
 def catalog_embeddings(catalog: Catalog, embedder: Embedder, cache_dir: str | Path | None = None):
     """(desc, kw) embeddings for every clip, from the disk cache when model and catalog match."""
     cache_dir = Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu")) / "embeddings"
-    key = hashlib.sha256(f"{embedder.model_name}|{catalog.fingerprint()}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{embedder.model_name}|{EMBED_VERSION}|{catalog.fingerprint()}".encode()).hexdigest()[:24]
     path = cache_dir / f"{catalog.name.replace('/', '_')}-{key}.npz"
     if path.is_file():
         with np.load(path) as z:
@@ -89,9 +133,11 @@ def catalog_embeddings(catalog: Catalog, embedder: Embedder, cache_dir: str | Pa
     caps = [c for clip in catalog.clips for c in clip.captions]
     owner = np.repeat(np.arange(len(catalog)), [len(c.captions) for c in catalog.clips])
     cap_e = embedder.encode(caps)
-    desc = np.zeros((len(catalog), cap_e.shape[1]), dtype=np.float32)
-    np.add.at(desc, owner, cap_e)
-    desc = _normalize(desc)
+    desc = np.zeros((len(catalog), cap_e.shape[1]), dtype=np.float64)
+    np.add.at(desc, owner, cap_e)  # float64: caption sums are exact, so the order does not matter
+    single = np.array([len(c.captions) == 1 for c in catalog.clips])[:, None]
+    # A one-caption clip keeps its caption's embedding as is (renormalising could move a grid step).
+    desc = np.where(single, desc, _normalize(desc)).astype(np.float32)
     kw = embedder.encode([keyword_text(c.keywords) for c in catalog.clips])
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
@@ -117,26 +163,36 @@ class Retriever:
         self.embedder = embedder or Embedder()
         self.alpha = alpha
         d, k = embeddings if embeddings is not None else catalog_embeddings(catalog, self.embedder, cache_dir)
+        d, k = quantize(d), quantize(k)  # a no-op for our own embeddings; exact scores for any others
         self.desc, self.kw = d, k
-        # One matrix so a query batch costs a single product: [a*qd | (1-a)*qk] . [cd | ck]
+        # [cd | ck] in one contiguous matrix; `_scores` multiplies each half by its query half.
         self.joint = np.ascontiguousarray(np.concatenate([d, k], axis=1))
         self.kinds = np.array([c.kind for c in catalog.clips])
-        self.durations = np.array([c.duration for c in catalog.clips], dtype=np.float32)
+        self.durations = np.array([catalog.duration_of(c) for c in catalog.clips], dtype=np.float32)
         self.ids = np.array([c.id for c in catalog.clips])
+        self.usable = np.array([catalog.verdicts.get(c.id) is None for c in catalog.clips], dtype=bool)
+        self._checked = np.zeros(len(catalog), dtype=bool)
 
     # --- scoring -----------------------------------------------------------------------
     def encode_queries(self, descriptions: list[str], keywords: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
         return self.embedder.encode(descriptions), self.embedder.encode([keyword_text(k) for k in keywords])
 
     def score_matrix(self, qd: np.ndarray, qk: np.ndarray, alpha: float | None = None) -> np.ndarray:
-        a = self.alpha if alpha is None else alpha
-        q = np.concatenate([a * qd, (1.0 - a) * qk], axis=1).astype(np.float32)
+        return self._scores(qd, qk, self.alpha if alpha is None else alpha).numpy()
+
+    def _scores(self, qd: np.ndarray, qk: np.ndarray, a: float):
+        """a*cos_desc + (1-a)*cos_kw. The two products are exact (grid embeddings), and the
+        weighting is elementwise, so the scores are the same bytes under any thread count."""
         import torch  # torch's MKL GEMM and topk beat numpy's argpartition on large catalogs
-        return (torch.from_numpy(q) @ torch.from_numpy(self.joint).T).numpy()
+        dim = qd.shape[1]
+        joint = torch.from_numpy(self.joint)
+        sd = torch.from_numpy(quantize(qd)) @ joint[:, :dim].T
+        sk = torch.from_numpy(quantize(qk)) @ joint[:, dim:].T
+        return sd * np.float32(a) + sk * np.float32(1.0 - a)
 
     def mask(self, kind: str | None = None, min_duration: float | None = None, allow_loop: bool = True,
              exclude: set[str] | frozenset = frozenset()) -> np.ndarray:
-        m = np.ones(len(self.catalog), dtype=bool)
+        m = self.usable.copy()
         if kind:
             m &= self.kinds == kind
         if min_duration:
@@ -154,15 +210,12 @@ class Retriever:
         """Indices and scores of the k best candidates per query (chunked to bound memory)."""
         import torch
         a = self.alpha if alpha is None else alpha
-        joint = torch.from_numpy(self.joint)
         k = min(k, len(self.catalog))
         idx_out = np.empty((qd.shape[0], k), dtype=np.int64)
         val_out = np.empty((qd.shape[0], k), dtype=np.float32)
         neg = None if mask is None else torch.from_numpy(np.where(mask, 0.0, -np.inf).astype(np.float32))
         for s in range(0, qd.shape[0], chunk):
-            q = torch.from_numpy(np.concatenate([a * qd[s:s + chunk], (1 - a) * qk[s:s + chunk]], axis=1)
-                                 .astype(np.float32))
-            sc = q @ joint.T
+            sc = self._scores(qd[s:s + chunk], qk[s:s + chunk], a)
             if neg is not None:
                 sc += neg
             v, i = torch.topk(sc, k, dim=1)
@@ -171,14 +224,37 @@ class Retriever:
 
     def search(self, description: str, keywords: list[str], k: int = 5, **constraints) -> list[Match]:
         qd, qk = self.encode_queries([description], [keywords])
-        m = self.mask(**constraints)
-        if not m.any():
-            raise RetrievalError(f"retrieval: no {constraints.get('kind') or ''} clip satisfies {constraints}")
-        idx, val = self.topk_batch(qd, qk, k=min(k, int(m.sum())), mask=m)
+        while True:
+            m = self.mask(**constraints)
+            if not m.any():
+                raise RetrievalError(f"retrieval: no {constraints.get('kind') or ''} clip satisfies {constraints}"
+                                     + (f" ({len(self.catalog.rejected)} clips rejected as unusable)"
+                                        if self.catalog.rejected else ""))
+            idx, val = self.topk_batch(qd, qk, k=min(k, int(m.sum())), mask=m)
+            if self._validate(idx[0]):
+                break  # every candidate shown is usable; else search again without the rejected ones
         d = self.desc[idx[0]] @ qd[0]
         kk = self.kw[idx[0]] @ qk[0]
         return [Match(self.catalog.clips[i], float(v), float(a), float(b))
                 for i, v, a, b in zip(idx[0], val[0], d, kk)]
+
+    def _validate(self, idx: np.ndarray) -> bool:
+        """Check not-yet-checked candidates with the catalog; False if any was rejected or, its
+        duration now measured, may no longer satisfy the constraints."""
+        ok = True
+        for i in idx:
+            if self._checked[i]:
+                continue
+            self._checked[i] = True
+            clip = self.catalog.clips[i]
+            if self.catalog.check(clip) is not None:
+                self.usable[i] = ok = False
+                continue
+            d = np.float32(self.catalog.duration_of(clip))
+            if d != self.durations[i]:
+                self.durations[i] = d
+                ok = False
+        return ok
 
     def choose(self, description: str, keywords: list[str], rng: np.random.Generator,
                tie_margin: float = DEFAULT_TIE_MARGIN, min_score: float | None = None, k: int = 10,

@@ -113,6 +113,10 @@ class Event(_Described):
     id: str
     anchor: Anchor
     max_duration: float | None = Field(default=None, gt=0.0, le=MAX_SCENE_SECONDS)
+    # A fixed slot in the timeline: the event occupies exactly `window` seconds whatever its
+    # clip's length (cut to it), so the other layers do not move when the clip changes
+    # (contrast-family variants keep byte-identical speech).
+    window: float | None = Field(default=None, gt=0.0, le=MAX_SCENE_SECONDS)
 
 
 class SceneScript(_Strict):

@@ -20,7 +20,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--include_path", action="append", default=None, help="extra folder of task YAMLs (repeatable)")
     p.add_argument("--dataset", default="casu_mini", help="a built dataset folder or a Hub dataset repo id")
     p.add_argument("--batch_size", type=int, default=1, help="requests per model call (results do not depend on it)")
-    p.add_argument("--limit", type=int, default=None, help="first N samples per task (for quick checks only)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="first N samples per task (whole contrast families only, at least one); for quick checks or a documented subset")
     p.add_argument("--output_path", default="results", help="folder for results JSON, sample logs, tables, plots")
     p.add_argument("--log_samples", action="store_true", help="write every sample's prompt, output and score as JSONL")
     p.add_argument("--seed", type=int, default=0, help="seeds masking noise, bootstrap and random baselines")
@@ -81,9 +82,17 @@ def cmd_run(argv: list[str]) -> int:
         return EXIT_USAGE
     if args.device:
         model_args["device"] = args.device
-    if not os.path.exists(args.dataset) and "/" not in args.dataset:
+    from .data import is_local
+    if is_local(args.dataset) and not os.path.isdir(os.path.expanduser(args.dataset)):
         print(f"error: --dataset {args.dataset}: no such folder (build one with `python -m casu_dataset build "
-              f"--out {args.dataset}`, or give a Hub repo id)", file=sys.stderr)
+              f"--out {args.dataset}`, or give a Hub repo id ORG/NAME)", file=sys.stderr)
+        return EXIT_USAGE
+    data = CasuData(args.dataset, seed=args.seed)
+    try:  # the data each task reads is checked before any model loads
+        for t in tasks:
+            data.check(t)
+    except DatasetError as err:
+        print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:
         adapter = make_adapter(args.model, model_args)
@@ -92,6 +101,9 @@ def cmd_run(argv: list[str]) -> int:
         return EXIT_MODEL
     backend = _judge(args.judge)
     os.makedirs(args.output_path, exist_ok=True)
+    from .outputs import clean_stale
+    for f in clean_stale(args.output_path):
+        print(f"removed {f} (left by a killed run)", file=sys.stderr)
     cache = None if args.cache == "off" else ResponseCache(args.cache or os.path.join(args.output_path, "cache.sqlite"))
     opts = EvalOptions(conditions=conditions, batch_size=args.batch_size, limit=args.limit, scene_hint=args.scene_hint,
                        scoring=args.scoring, circular=args.circular, seed=args.seed, probe=not args.no_probe,
@@ -101,7 +113,6 @@ def cmd_run(argv: list[str]) -> int:
     if args.quiet:
         import datasets
         datasets.disable_progress_bars()
-    data = CasuData(args.dataset, seed=args.seed)
     try:
         ev = evaluate(adapter, tasks, data, opts, cache)
     except AdapterError as err:
@@ -130,6 +141,11 @@ def cmd_run(argv: list[str]) -> int:
     t = ev["timing"]
     print(f"\nresults: {path}  ({t['units']} requests, {t['cache_hits']} from cache, model {t['model_s']:.1f} s, "
           f"harness overhead {t['overhead_ms_per_unit']:.2f} ms/request)")
+    n = ev["evaluated"]
+    rows = sum(c["rows"] for c in n["per_task"].values())
+    cut = f" (--limit: {n['samples']} of {rows} rows)" if n["samples"] != rows else ""
+    print(f"evaluated {n['requests']} requests over {n['samples']} samples from {args.dataset} "
+          f"(fingerprint {ev['dataset_fingerprint']}){cut}")
     if ev["errors"]:
         print(f"{len(ev['errors'])} sample(s) failed; first: {ev['errors'][0]['id']}: {ev['errors'][0]['error']}",
               file=sys.stderr)
@@ -157,18 +173,31 @@ def cmd_list(argv: list[str]) -> int:
 def cmd_validate(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m harness validate", description="check task YAMLs")
     p.add_argument("paths", nargs="*", help="YAML files or folders (default: tasks/)")
+    p.add_argument("--dataset", default=None, help="also check each task's config, split and columns in this "
+                                                   "built dataset folder or Hub repo")
     a = p.parse_args(argv)
     from pathlib import Path
 
+    from .data import CasuData, DatasetError
     from .task_config import DEFAULT_TASKS_DIR, TaskConfigError, load_task, load_tasks
+    data = CasuData(a.dataset) if a.dataset else None
     bad = 0
     for t in [Path(x) for x in a.paths] or [DEFAULT_TASKS_DIR]:
         try:
-            for name in (load_tasks([t]) if t.is_dir() else {load_task(t).task: None}):
-                print(f"ok  {name}")
+            cfgs = load_tasks([t]) if t.is_dir() else {"": load_task(t)}
         except TaskConfigError as err:
             print(f"bad {err}", file=sys.stderr)
             bad += 1
+            continue
+        for cfg in cfgs.values():
+            try:
+                if data is not None:
+                    data.check(cfg)
+                    data.samples(cfg.dataset_config, cfg.split)  # every row parses (answers, audio)
+                print(f"ok  {cfg.task}")
+            except DatasetError as err:
+                print(f"bad {cfg.task}: {err}", file=sys.stderr)
+                bad += 1
     return EXIT_USAGE if bad else EXIT_OK
 
 
@@ -185,6 +214,8 @@ def cmd_push(argv: list[str]) -> int:
     except PushError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    for f, why in out["skipped"]:
+        print(f"skipped {f}: {why}", file=sys.stderr)
     print(("would upload" if a.dry_run else "uploaded") + f" to datasets/{a.repo}:")
     for o in out["operations"]:
         print(f"  {o}")
@@ -198,9 +229,12 @@ def cmd_table(argv: list[str]) -> int:
     p.add_argument("output_path", nargs="?", default="results")
     a = p.parse_args(argv)
     from .results import latest_documents, table1
-    docs = latest_documents(a.output_path) if os.path.isdir(a.output_path) else []
+    skipped: list = []
+    docs = latest_documents(a.output_path, skipped) if os.path.isdir(a.output_path) else []
+    for f, why in skipped:
+        print(f"skipped {f}: {why}", file=sys.stderr)
     if not docs:
-        print(f"error: {a.output_path}: no results_*.json found", file=sys.stderr)
+        print(f"error: {a.output_path}: no complete results_*.json found", file=sys.stderr)
         return EXIT_USAGE
     print(table1(*docs))
     return EXIT_OK

@@ -7,6 +7,13 @@ intervals (speech: every turn's onset..offset; events: every event's; background
 whole scene), is silent elsewhere, and has the integrated loudness (BS.1770, pyloudnorm)
 that the stem has over the same samples. Noise is seeded by (seed, scene, layer), so a
 condition's audio is the same in every run.
+
+Contrast-family variants (their annotation's plan names a shared `rng_key`) are masked so that
+a masked layer cannot tell them apart: the noise is seeded by the family, spans are the
+reserved slots (an event's fixed window, a crossed family's turn reserve) rather than the clip's
+own length, and the loudness is the layer's recorded target, shared by the family. So removing
+the varied slot makes a slot family's four variants the same audio (any model: 25% per variant)
+and a crossed family's two and two (at most 50%).
 """
 from __future__ import annotations
 
@@ -61,13 +68,27 @@ def parse_conditions(spec: str | None) -> list[Condition]:
     return list(dict.fromkeys(out))
 
 
-def active_spans(annotation: dict, layer: str) -> list[tuple[int, int]]:
-    """Sample intervals where the layer is active, merged where they overlap."""
+def family_key(annotation: dict) -> str | None:
+    """The shared random-stream key of a contrast-family variant, None for a lone scene."""
+    k = annotation.get("plan", {}).get("rng_key")
+    return k if k and k != annotation.get("scene_id") else None
+
+
+def active_spans(annotation: dict, layer: str, reserved: bool = False) -> list[tuple[int, int]]:
+    """Sample intervals where the layer is active, merged where they overlap. `reserved`: use
+    the slots the timeline reserved (event windows, turn reserves) instead of the clips' ends."""
     sr, n = annotation["sample_rate"], annotation["num_samples"]
     if layer == "background":
         return [(0, n)] if n else []
-    items = annotation["plan"]["turns" if layer == "speech" else "events"]
-    spans = sorted((max(0, int(round(it["onset"] * sr))), min(n, int(round(it["offset"] * sr)))) for it in items)
+    plan = annotation["plan"]
+    items = plan["turns" if layer == "speech" else "events"]
+    ends = [it["offset"] for it in items]
+    if reserved and layer == "events":
+        wins = [e.get("window") for e in annotation["script"]["events"]]
+        ends = [it["onset"] + w if w else end for it, w, end in zip(items, wins, ends)]
+    if reserved and layer == "speech" and plan.get("turn_reserve"):
+        ends = [max(end, it["onset"] + r) for it, r, end in zip(items, plan["turn_reserve"], ends)]
+    spans = sorted((max(0, int(round(it["onset"] * sr))), min(n, int(round(end * sr)))) for it, end in zip(items, ends))
     merged: list[list[int]] = []
     for a, b in spans:
         if b <= a:
@@ -83,13 +104,16 @@ def _seed(seed: int, scene_id: str, layer: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}|{scene_id}|{layer}".encode()).digest()[:8], "little")
 
 
-def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: np.random.Generator) -> np.ndarray:
-    """Gaussian noise over `spans` with the loudness the stem has there; zeros elsewhere."""
+def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: np.random.Generator,
+                  target: float | None = None) -> np.ndarray:
+    """Gaussian noise over `spans` with the loudness the stem has there (or `target` LUFS);
+    zeros elsewhere."""
     out = np.zeros_like(stem, dtype=np.float32)
     if not spans:
         return out
     active = np.concatenate([stem[a:b] for a, b in spans])
-    target = measure_lufs(active, sr)
+    if target is None:
+        target = measure_lufs(active, sr)
     if target <= SILENCE_LUFS:
         return out
     noise = rng.standard_normal(active.shape[0]).astype(np.float32)
@@ -105,11 +129,18 @@ def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: 
 def render(condition: Condition, stems: dict[str, np.ndarray], annotation: dict, seed: int = 0) -> np.ndarray:
     """The mixture under a condition: kept stems as they are, masked ones as matched noise."""
     sr = annotation["sample_rate"]
+    fam = family_key(annotation)
     total = None
     for layer in LAYERS:
         x = stems[layer]
         if layer not in condition.keep:
-            x = matched_noise(x, active_spans(annotation, layer), sr,
-                              np.random.default_rng(_seed(seed, annotation["scene_id"], layer)))
+            if fam:
+                target = (annotation.get("loudness", {}).get(layer) or {}).get("expected_lufs")
+                x = matched_noise(x, active_spans(annotation, layer, reserved=True), sr,
+                                  np.random.default_rng(_seed(seed, "family:" + fam, layer)),
+                                  target if target is not None else SILENCE_LUFS)
+            else:
+                x = matched_noise(x, active_spans(annotation, layer), sr,
+                                  np.random.default_rng(_seed(seed, annotation["scene_id"], layer)))
         total = x.astype(np.float32) if total is None else total + x
     return total

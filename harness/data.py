@@ -1,12 +1,22 @@
 """Read a built CASU dataset (a local folder or a Hub repo) into evaluation samples.
 
+A local folder is read from exactly the parquet files on disk (its card's `configs:` data
+files, or `<config>/<split>-*.parquet`): each file is read once into memory, hashed and parsed
+from those same bytes, so the recorded fingerprint is that of what was evaluated.
+`datasets.load_dataset(folder)` is not used for folders: it caches a folder under its
+basename with a key that ignores the files, so a rebuilt folder (or another folder with the
+same name) would be served stale. Hub repos go through `load_dataset` (keyed by revision).
+
 Audio stays as FLAC bytes until a batch needs it; decoding uses soundfile (datasets' own
 Audio decoding needs torchcodec, which cannot load beside the CPU torch)."""
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import json
+import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +26,110 @@ import numpy as np
 from casu_dataset.audio_io import decode_bytes
 
 from .conditions import Condition, render
+from .parsing import LETTERS
 
 
 class DatasetError(ValueError):
     pass
+
+
+def is_local(source: str) -> bool:
+    """A folder path (existing or not) rather than a Hub id `ORG/NAME`."""
+    return os.path.exists(source) or source.startswith(("/", ".", "~")) or source.count("/") != 1
+
+
+def _card_configs(root: Path) -> dict[str, dict[str, list[str]]]:
+    """{config: {split: [glob, ...]}} from the dataset card's YAML header (empty if none)."""
+    import yaml
+    card = root / "README.md"
+    if not card.is_file():
+        return {}
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", card.read_text(errors="replace"), re.S)
+    try:
+        head = yaml.safe_load(m.group(1)) if m else None
+    except yaml.YAMLError as err:
+        raise DatasetError(f"--dataset {root}: README.md: the card's YAML header does not parse ({err})") from None
+    out: dict[str, dict[str, list[str]]] = {}
+    for c in (head or {}).get("configs") or []:
+        if not isinstance(c, dict) or "config_name" not in c:
+            continue
+        files = c.get("data_files", [])
+        splits: dict[str, list[str]] = {}
+        for item in files if isinstance(files, list) else [files]:
+            if isinstance(item, dict):
+                p = item.get("path", [])
+                splits.setdefault(str(item.get("split", "train")), []).extend([p] if isinstance(p, str) else p)
+            else:
+                splits.setdefault("train", []).append(str(item))
+        out[str(c["config_name"])] = splits
+    return out
+
+
+def local_files(root: Path, config: str, split: str) -> list[Path]:
+    """The parquet files of one config and split, sorted; a clear error when there are none."""
+    if not root.is_dir():
+        raise DatasetError(f"--dataset {root}: no such folder")
+    card = _card_configs(root)
+    if config in card:
+        globs = card[config].get(split)
+        if globs is None:
+            raise DatasetError(f"--dataset {root}: config {config!r} has no split {split!r} "
+                               f"(splits: {', '.join(sorted(card[config]))})")
+    else:
+        globs = [f"{config}/{split}-*.parquet", f"{config}/{split}.parquet"]
+    files = sorted({p for g in globs for p in root.glob(g) if p.is_file() and fnmatch.fnmatch(p.name, "*.parquet")})
+    if not files:
+        known = sorted(set(card) | {p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.parquet"))})
+        raise DatasetError(f"--dataset {root}: no parquet files for config {config!r} split {split!r} "
+                           f"(looked for {', '.join(globs)}; configs here: {', '.join(known) or 'none'})")
+    return files
+
+
+@dataclass
+class Table:
+    rows: list[dict]
+    columns: list[str]
+    digest: str  # sha256 over the file names and the exact bytes parsed
+
+
+def read_local(root: Path, config: str, split: str) -> Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    h = hashlib.sha256()
+    tables = []
+    for f in local_files(root, config, split):
+        blob = f.read_bytes()  # read once: these bytes are both hashed and parsed
+        h.update(json.dumps([f.relative_to(root).as_posix(), len(blob)]).encode())
+        h.update(hashlib.sha256(blob).digest())
+        try:
+            tables.append(pq.read_table(pa.BufferReader(blob)))
+        except (pa.ArrowException, OSError) as err:
+            raise DatasetError(f"--dataset {root}: {f.relative_to(root)}: not a readable parquet file "
+                               f"({err})") from None
+    try:
+        table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    except pa.ArrowException as err:
+        raise DatasetError(f"--dataset {root}: config {config!r}: its parquet files disagree on columns "
+                           f"({err})") from None
+    return Table(table.to_pylist(), list(table.column_names), h.hexdigest())
+
+
+def read_hub(repo: str, config: str, split: str) -> Table:
+    import datasets
+    try:
+        ds = datasets.load_dataset(repo, config, split=split)
+    except (FileNotFoundError, ValueError) as err:
+        raise DatasetError(f"--dataset {repo}: cannot load config {config!r} split {split!r} ({err})") from None
+    for col, feat in ds.features.items():
+        if isinstance(feat, datasets.Audio):
+            ds = ds.cast_column(col, datasets.Audio(decode=False))
+    return Table(list(ds), list(ds.column_names), ds._fingerprint)
+
+
+# Columns a task reads from its config (beyond these, missing text columns read as empty).
+REQUIRED = {"multiple_choice": ["id", "scene_id", "audio", "question", "options", "answer"],
+            "generate_until": ["id", "scene_id", "audio", "reference"]}
+METRIC_COLUMNS = {"event_match": "event_descriptions", "one_minus_wer": "turns"}
 
 
 @dataclass
@@ -38,18 +148,10 @@ class Sample:
     reference: str = ""
     event_descriptions: list[str] = field(default_factory=list)
     turns: list[str] = field(default_factory=list)
-
-
-def _load(source: str, config: str, split: str):
-    import datasets
-    try:
-        ds = datasets.load_dataset(source, config, split=split)
-    except (FileNotFoundError, ValueError) as err:
-        raise DatasetError(f"--dataset {source}: cannot load config {config!r} split {split!r} ({err})") from None
-    for col, feat in ds.features.items():
-        if isinstance(feat, datasets.Audio):
-            ds = ds.cast_column(col, datasets.Audio(decode=False))
-    return ds
+    family_id: str = ""          # contrast family (v2 datasets); "" outside a family
+    variant: str = ""
+    family_shape: str = ""       # slot | crossed
+    slot_kind: str = ""          # event | background
 
 
 class CasuData:
@@ -60,39 +162,60 @@ class CasuData:
         self.decode_seconds = 0.0
 
     @functools.lru_cache(maxsize=None)
+    def table(self, config: str, split: str = "test") -> Table:
+        """One config and split, read once per CasuData (every later use sees the same rows)."""
+        if is_local(self.source):
+            return read_local(Path(self.source).expanduser(), config, split)
+        return read_hub(self.source, config, split)
+
+    def check(self, task) -> None:
+        """Fail before any model runs if the task's config lacks a column the task reads."""
+        t = self.table(task.dataset_config, task.split)
+        need = REQUIRED[task.output_type] + [c for m, c in METRIC_COLUMNS.items() if m in task.metrics]
+        missing = [c for c in need if c not in t.columns]
+        if missing:
+            raise DatasetError(f"--dataset {self.source}: config {task.dataset_config!r} has no column(s) {missing}, "
+                               f"which task {task.task!r} ({task.output_type}) needs")
+
+    @functools.lru_cache(maxsize=None)
     def samples(self, config: str, split: str = "test") -> list[Sample]:
-        ds = _load(self.source, config, split)
+        t = self.table(config, split)
         out = []
-        for i, row in enumerate(ds):
+        for i, row in enumerate(t.rows):
+            where = f"--dataset {self.source}: config {config!r} row {i}"
             try:
-                out.append(Sample(
-                    id=row["id"], task=row.get("task", config), scene_id=row["scene_id"], audio=row["audio"]["bytes"],
-                    question=row.get("question", ""), options=list(row.get("options") or []),
-                    answer=row.get("answer", ""), layers=list(row.get("layers") or []),
-                    minimal_pair_id=row.get("minimal_pair_id") or "", place=row.get("place", ""),
-                    speech_type=row.get("speech_type", ""), reference=row.get("reference", ""),
-                    event_descriptions=list(row.get("event_descriptions") or []), turns=list(row.get("turns") or [])))
+                s = Sample(
+                    id=row["id"], task=row.get("task") or config, scene_id=row["scene_id"],
+                    audio=row["audio"]["bytes"], question=row.get("question") or "",
+                    options=list(row.get("options") or []), answer=row.get("answer") or "",
+                    layers=list(row.get("layers") or []), minimal_pair_id=row.get("minimal_pair_id") or "",
+                    place=row.get("place") or "", speech_type=row.get("speech_type") or "",
+                    reference=row.get("reference") or "", event_descriptions=list(row.get("event_descriptions") or []),
+                    turns=list(row.get("turns") or []), family_id=row.get("family_id") or "",
+                    variant=row.get("variant") or "", family_shape=row.get("family_shape") or "",
+                    slot_kind=row.get("slot_kind") or "")
             except (KeyError, TypeError) as err:
-                raise DatasetError(f"--dataset {self.source}: config {config!r} row {i}: missing field {err}") from None
+                raise DatasetError(f"{where}: missing field {err}") from None
+            if not isinstance(s.audio, bytes) or not s.audio:
+                raise DatasetError(f"{where} ({s.id}): empty audio")
+            if "options" in t.columns and not (0 < len(s.options) <= len(LETTERS)
+                                               and s.answer in LETTERS[: len(s.options)]):
+                raise DatasetError(f"{where} ({s.id}): answer {s.answer!r} is not one of the letters of its "
+                                   f"{len(s.options)} option(s)")
+            out.append(s)
         return out
 
     @functools.cached_property
     def _scenes(self) -> dict[str, dict]:
-        ds = _load(self.source, "scenes", "test")
         return {r["scene_id"]: {"background": r["background"]["bytes"], "speech": r["speech"]["bytes"],
-                                "events": r["events"]["bytes"], "annotation": r["annotation"]} for r in ds}
+                                "events": r["events"]["bytes"], "annotation": r["annotation"]}
+                for r in self.table("scenes", "test").rows}
 
-    def fingerprint(self, configs: list[str]) -> str:
-        """A content hash of the parquet files used (local folders) or the datasets fingerprints."""
+    def fingerprint(self, parts: list) -> str:
+        """A hash of exactly the data read: each item a config name (split "test") or (config, split)."""
         h = hashlib.sha256()
-        root = Path(self.source)
-        for c in sorted(set(configs)):
-            files = sorted((root / c).glob("*.parquet")) if root.is_dir() else []
-            if files:
-                for f in files:
-                    h.update(f.read_bytes())
-            else:
-                h.update(_load(self.source, c, "test")._fingerprint.encode())
+        for c, s in sorted({(p, "test") if isinstance(p, str) else tuple(p) for p in parts}):
+            h.update(json.dumps([c, s, self.table(c, s).digest]).encode())
         return h.hexdigest()[:16]
 
     def audio(self, sample: Sample, condition: Condition) -> np.ndarray:

@@ -83,7 +83,37 @@ def _mcq_metrics(recs: list[dict], task: TaskConfig, circular: bool, seed: int) 
             groups.setdefault(r["id"], []).append(r["method"] != "error" and r["correct"])
         res["circular_accuracy"] = M.mean_with_ci([all(v) for v in groups.values()], seed=seed)
     res["breakdowns"] = {k: M.breakdown(ok, k) for k in task.breakdowns}
+    fam = [r for r in base if r.get("family_id")]
+    if fam:
+        # Contrast families: errors count as wrong here (a family is right only if all four
+        # variants are), and intervals resample families, not questions.
+        scored = [dict(r, correct=r["method"] != "error" and r["correct"]) for r in fam]
+        fm = M.family_bootstrap(scored, seed=seed)
+        res["accuracy"] = dict(res["accuracy"], ci95=fm["accuracy"]["ci95"], ci95_resampled="families")
+        res["family_accuracy"] = fm["family_accuracy"]
+        res["by_family_shape"] = {shape: M.family_bootstrap([r for r in scored if r.get("family_shape") == shape],
+                                                            seed=seed)
+                                  for shape in ("slot", "crossed") if any(r.get("family_shape") == shape for r in scored)}
     return res
+
+
+def limit_samples(samples: list, limit: int) -> list:
+    """The first `limit` samples; in a contrast-family dataset, whole families only (at least
+    one), so family accuracy is defined on every family evaluated."""
+    if not samples or not samples[0].family_id:
+        return samples[:limit]
+    order: list[str] = []
+    by_fam: dict[str, list] = {}
+    for s in samples:
+        if s.family_id not in by_fam:
+            order.append(s.family_id)
+        by_fam.setdefault(s.family_id, []).append(s)
+    out: list = []
+    for f in order:
+        if out and len(out) + len(by_fam[f]) > limit:
+            break
+        out.extend(by_fam[f])
+    return out
 
 
 def _text_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> tuple[dict, list[dict]]:
@@ -130,21 +160,30 @@ def _text_breakdown(recs, key):
 def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None) -> dict:
     t0 = time.perf_counter()
     state = RunState()
-    configs = sorted({t.dataset_config for t in tasks} | ({"scenes"} if any(not c.is_full for c in opts.conditions) else set()))
-    ds_fp = data.fingerprint(configs)
+    for t in tasks:
+        data.check(t)
+    # The fingerprint hashes the very bytes the samples (and stems) below are parsed from.
+    parts = {(t.dataset_config, t.split) for t in tasks}
+    if any(not c.is_full for c in opts.conditions):
+        parts.add(("scenes", "test"))
+    ds_fp = data.fingerprint(sorted(parts))
     base_key = [adapter.fingerprint, ds_fp, opts.seed]
     probe_task = next((t for t in tasks if t.output_type == "multiple_choice"), None)
     probe = (audio_probe(adapter, data, probe_task, opts, cache, base_key, state)
              if opts.probe and probe_task else {"status": "skipped", "reason": "disabled or no multiple-choice task"})
     all_units: list[Unit] = []
     per_task: dict[str, list[Unit]] = {}
+    counts: dict[str, dict] = {}
     for t in tasks:
         samples = data.samples(t.dataset_config, t.split)
+        rows = len(samples)
         if opts.limit:
-            samples = samples[: opts.limit]
+            samples = limit_samples(samples, opts.limit)
         units = make_units(t, samples, opts.conditions, adapter, opts.scoring, opts.scene_hint, opts.circular, base_key)
         per_task[t.task] = units
         all_units.extend(units)
+        counts[t.task] = {"config": t.dataset_config, "split": t.split, "rows": rows, "samples": len(samples),
+                          "requests": len(units)}
     outputs = run_units(all_units, adapter, data, cache, opts.batch_size, state, opts.progress)
     t_run = time.perf_counter() - t0
     results, samples_out, errors = {}, {}, []
@@ -170,6 +209,10 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         "errors": errors,
         "audio_probe": probe,
         "dataset_fingerprint": ds_fp,
+        # what was evaluated: rows in each task's config, samples taken (--limit), requests
+        # (samples x conditions x rotations); the audio probe's extra calls are not counted
+        "evaluated": {"requests": n_units, "samples": sum(c["samples"] for c in counts.values()),
+                      "conditions": len(opts.conditions), "per_task": counts},
         "generation": {t.task: settings_for(t).to_dict() for t in tasks},
         "scoring": {t.task: per_task[t.task][0].mode if per_task[t.task] else None for t in tasks},
         # overhead: everything before scoring that is not the model (data, audio, prompts, cache)

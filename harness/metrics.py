@@ -9,6 +9,7 @@ from collections import defaultdict
 import numpy as np
 
 BOOTSTRAP = 1000
+FAMILY_SIZE = 4
 
 
 def bootstrap_ci(values, n_boot: int = BOOTSTRAP, seed: int = 0, stat=np.mean, level: float = 0.95):
@@ -36,6 +37,43 @@ def paired_accuracy(records: list[dict]) -> dict:
             groups[r["minimal_pair_id"]].append(bool(r["correct"]))
     pairs = [all(v) for v in groups.values() if len(v) >= 2]
     return mean_with_ci(pairs)
+
+
+def family_bootstrap(records: list[dict], n_boot: int = BOOTSTRAP, seed: int = 0, level: float = 0.95) -> dict:
+    """Accuracy and family accuracy of contrast-family records, with intervals that resample
+    whole families (a family's variants share speech, question and options, so they are
+    correlated: resampling questions would make the intervals too narrow).
+
+    A family counts as right for a task only if all its variants are answered right (chance
+    1/256 for four variants of a four-option question)."""
+    fams: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        fams[r["family_id"]][r.get("task", "")].append(bool(r["correct"]))
+    if not fams:
+        return {"accuracy": mean_with_ci([]), "family_accuracy": mean_with_ci([])}
+    ids = sorted(fams)
+    # Per family: (right answers, answers, families-right, families) over its tasks.
+    # A family-task missing variants (a --limit run) counts for accuracy, not for family accuracy.
+    per = np.array([[sum(sum(v) for v in fams[f].values()), sum(len(v) for v in fams[f].values()),
+                     sum(all(v) for v in fams[f].values() if len(v) >= FAMILY_SIZE),
+                     sum(len(v) >= FAMILY_SIZE for v in fams[f].values())] for f in ids], dtype=np.float64)
+    acc = per[:, 0].sum() / per[:, 1].sum()
+    if per[:, 3].sum() == 0:
+        return {"accuracy": mean_with_ci([bool(r["correct"]) for r in records], seed=seed),
+                "family_accuracy": {"value": None, "ci95": None, "n": 0, "families": 0,
+                                    "note": "no family with all its variants evaluated"}}
+    fam = per[:, 2].sum() / per[:, 3].sum()
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(ids), size=(n_boot, len(ids)))
+    s = per[idx].sum(axis=1)
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    lo_a, hi_a = np.percentile(s[:, 0] / s[:, 1], q)
+    with np.errstate(invalid="ignore"):
+        lo_f, hi_f = np.nanpercentile(s[:, 2] / s[:, 3], q)
+    return {"accuracy": {"value": float(acc), "ci95": [float(lo_a), float(hi_a)], "n": int(per[:, 1].sum()),
+                         "families": len(ids), "resampled": "families"},
+            "family_accuracy": {"value": float(fam), "ci95": [float(lo_f), float(hi_f)], "n": int(per[:, 3].sum()),
+                                "families": len(ids), "chance": 1 / 256, "resampled": "families"}}
 
 
 def breakdown(records: list[dict], key: str) -> dict:

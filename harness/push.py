@@ -6,7 +6,6 @@ Layout in the results repo: `<model_sanitized>/results_<date>.json` and
 The token comes from HF_TOKEN (or the huggingface_hub login) and is never printed."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
@@ -16,25 +15,29 @@ class PushError(ValueError):
     pass
 
 
-def result_files(output_path: str | Path) -> list[Path]:
+def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Path, dict, list[Path]]]:
+    """The complete runs under an output folder (results JSON, document, its sample logs);
+    incomplete ones (killed, truncated, older harness) go to `skipped` as (path, why)."""
+    from .outputs import complete_runs
     root = Path(output_path)
-    files = sorted(root.glob("*/results_*.json"))
-    if not files:
-        raise PushError(f"--output_path {root}: no results_*.json under it (run an evaluation first)")
-    return files
+    good, bad = complete_runs(root)
+    if skipped is not None:
+        skipped.extend(bad)
+    if not good:
+        why = "; ".join(f"{f.relative_to(root)}: {w}" for f, w in bad)
+        raise PushError(f"--output_path {root}: no complete results_*.json under it "
+                        f"({'skipped ' + why if why else 'run an evaluation first'})")
+    return good
 
 
-def plan_push(output_path: str | Path, repo: str) -> list:
+def plan_push(output_path: str | Path, repo: str, skipped: list | None = None) -> list:
     from huggingface_hub import CommitOperationAdd
     if repo.count("/") != 1:
         raise PushError(f"--repo {repo!r}: expected ORG/NAME")
     ops = []
-    for f in result_files(output_path):
-        model_dir = f.parent
-        stamp = f.stem[len("results_"):]
-        ops.append(CommitOperationAdd(path_in_repo=f"{model_dir.name}/{f.name}", path_or_fileobj=str(f)))
-        for s in sorted(model_dir.glob(f"samples_*_{stamp}.jsonl")):
-            ops.append(CommitOperationAdd(path_in_repo=f"{model_dir.name}/{s.name}", path_or_fileobj=str(s)))
+    for f, _, logs in runs(output_path, skipped):
+        for p in [f, *logs]:  # only the sample logs the run recorded, never stray or partial ones
+            ops.append(CommitOperationAdd(path_in_repo=f"{f.parent.name}/{p.name}", path_or_fileobj=str(p)))
     return ops
 
 
@@ -59,8 +62,9 @@ def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[di
 
 
 def push(output_path, repo: str, dataset_id: str, token: str | None = None, dry_run: bool = False) -> dict:
-    ops = plan_push(output_path, repo)
-    docs = [json.loads(f.read_text()) for f in result_files(output_path)]
+    skipped: list = []
+    ops = plan_push(output_path, repo, skipped)
+    docs = [doc for _, doc, _ in runs(output_path)]
     url = f"https://huggingface.co/datasets/{repo}"
     entries = [e for d in docs for e in eval_results_entries(d, dataset_id, url)]
     if not dry_run:
@@ -68,4 +72,5 @@ def push(output_path, repo: str, dataset_id: str, token: str | None = None, dry_
         api = HfApi(token=token)
         api.create_repo(repo, repo_type="dataset", exist_ok=True)
         api.create_commit(repo, ops, commit_message=f"CASU results ({len(docs)} run(s))", repo_type="dataset")
-    return {"operations": [o.path_in_repo for o in ops], "eval_results_yaml": yaml.safe_dump(entries, sort_keys=False)}
+    return {"operations": [o.path_in_repo for o in ops], "eval_results_yaml": yaml.safe_dump(entries, sort_keys=False),
+            "skipped": [(str(f), why) for f, why in skipped]}

@@ -9,7 +9,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 MCQ_ORDER = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning"]
 SHORT = {"contextual_reasoning": "Contextual", "entity_extraction": "Entity", "role_inference": "Role",
          "counterfactual_reasoning": "Counterfactual"}
@@ -58,6 +58,7 @@ def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | Non
         "audio_probe": ev["audio_probe"],
         "results": ev["results"],
         "n_samples": {t: next(iter(c.values()))["n"] if c else 0 for t, c in ev["results"].items()},
+        "evaluated": ev["evaluated"],
         "status": status,
         "n_errors": len(ev["errors"]),
         "errors": ev["errors"],
@@ -76,31 +77,52 @@ def _val(m: dict | None, fmt: str = "{:.2f}") -> str:
     return "-" if not m or m.get("value") is None else fmt.format(m["value"])
 
 
+def _acc_fam(m: dict | None) -> str:
+    """Accuracy, and for contrast-family data ' / family accuracy' (all four variants right)."""
+    m = m or {}
+    fam = m.get("family_accuracy")
+    return _pct(m.get("accuracy")) + (f" / {_pct(fam)}" if fam else "")
+
+
+def has_families(*docs: dict) -> bool:
+    return any("family_accuracy" in m for d in docs for c in d["results"].values() for m in c.values())
+
+
 def _table1_row(doc: dict, full: str = "PEB") -> str:
     r = doc["results"]
     sd = r.get("scene_description", {}).get(full, {})
     name = doc["model"]["name"] + (" (hint)" if doc["config"].get("scene_hint") else "")
     cells = [name, _val(sd.get("bleu4")), _val(sd.get("bertscore")), _val(sd.get("event_match")),
              _val(sd.get("one_minus_wer"))]
-    cells += [_pct(r.get(t, {}).get(full, {}).get("accuracy")) for t in MCQ_ORDER]
+    cells += [_acc_fam(r.get(t, {}).get(full)) for t in MCQ_ORDER]
+    if doc.get("config", {}).get("limit"):
+        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in MCQ_ORDER)
+        cells[0] += f" (--limit, n={n})"
     return "| " + " | ".join(cells) + " |"
 
 
 def table1(*docs: dict, full: str = "PEB") -> str:
     """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run."""
-    head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | " + " | ".join(SHORT[t] for t in MCQ_ORDER) + " |")
+    fam = has_families(*docs)
+    head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | "
+            + " | ".join(SHORT[t] + (" acc / fam" if fam else "") for t in MCQ_ORDER) + " |")
     sep = "|" + "---|" * (5 + len(MCQ_ORDER))
-    return "\n".join([head, sep, *(_table1_row(d, full) for d in docs)])
+    lines = [head, sep, *(_table1_row(d, full) for d in docs)]
+    if fam:
+        lines += ["", "acc: accuracy per variant (%); fam: family accuracy, all four variants of a contrast family "
+                      "right (%; chance 0.39)."]
+    return "\n".join(lines)
 
 
-def latest_documents(output_path: str | Path) -> list[dict]:
-    """The newest results document of each model under an output folder."""
-    docs = []
-    for d in sorted(p for p in Path(output_path).iterdir() if p.is_dir()):
-        files = sorted(d.glob("results_*.json"))
-        if files:
-            docs.append(json.loads(files[-1].read_text()))
-    return docs
+def latest_documents(output_path: str | Path, skipped: list | None = None) -> list[dict]:
+    """The newest complete run of each model under an output folder; incomplete runs (killed,
+    truncated, older harness) are appended to `skipped` as (path, why)."""
+    from .outputs import complete_runs
+    runs, bad = complete_runs(output_path)
+    if skipped is not None:
+        skipped.extend(bad)
+    newest = {f.parent: doc for f, doc, _ in runs}  # sorted by stamp: the last one per folder wins
+    return [newest[d] for d in sorted(newest)]
 
 
 def table2(doc: dict) -> str:
@@ -112,7 +134,7 @@ def table2(doc: dict) -> str:
     rows = [head, sep]
     for c in conds:
         marks = ["✓" if ch != "_" else "×" for ch in c]
-        rows.append("| " + " | ".join(marks + [_pct(r[t].get(c, {}).get("accuracy")) for t in MCQ_ORDER if t in r]) + " |")
+        rows.append("| " + " | ".join(marks + [_acc_fam(r[t].get(c)) for t in MCQ_ORDER if t in r]) + " |")
     return "\n".join(rows)
 
 
@@ -127,15 +149,19 @@ def markdown(doc: dict) -> str:
     parts += ["## Table 1 (all layers)", "", table1(doc), ""]
     if len(doc["config"]["conditions"]) > 1:
         parts += ["## Table 2 (layer ablations)", "", table2(doc), ""]
-    parts += ["## Per task", "", "| Task | Condition | n | Accuracy (95% CI) | Unparsed | Paired | Circular |",
-              "|---|---|---|---|---|---|---|"]
+    parts += ["## Per task", "", "| Task | Condition | n | Accuracy (95% CI) | Family acc. (95% CI) | Slot acc / fam | "
+              "Crossed acc / fam | Unparsed | Paired | Circular |", "|---|---|---|---|---|---|---|---|---|---|"]
     for t, conds in doc["results"].items():
         for c, m in conds.items():
             if "accuracy" not in m:
                 continue
             a = m["accuracy"]
             ci = f" [{100 * a['ci95'][0]:.1f}, {100 * a['ci95'][1]:.1f}]" if a.get("ci95") else ""
-            parts.append(f"| {t} | {c} | {m['n']} | {_pct(a)}{ci} | {_pct(m['unparsed_rate'])} | "
+            fa = m.get("family_accuracy") or {}
+            fci = f" [{100 * fa['ci95'][0]:.1f}, {100 * fa['ci95'][1]:.1f}]" if fa.get("ci95") else ""
+            shapes = m.get("by_family_shape") or {}
+            parts.append(f"| {t} | {c} | {m['n']} | {_pct(a)}{ci} | {_pct(fa)}{fci} | {_acc_fam(shapes.get('slot'))} | "
+                         f"{_acc_fam(shapes.get('crossed'))} | {_pct(m['unparsed_rate'])} | "
                          f"{_pct(m.get('paired_accuracy'))} | {_pct(m.get('circular_accuracy'))} |")
     return "\n".join(parts) + "\n"
 
@@ -145,6 +171,13 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from .outputs import atomic_open
+
+    def save(fig, p):
+        with atomic_open(p, "wb") as f:
+            fig.savefig(f, dpi=120, format="png")
+        plt.close(fig)
     r = doc["results"]
     tasks = [t for t in MCQ_ORDER if t in r]
     written = []
@@ -168,8 +201,7 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     p = out_dir / "accuracy_by_task.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p)
     written.append(p)
     conds = doc["config"]["conditions"]
     if len(conds) > 1:
@@ -186,24 +218,29 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
         fig.colorbar(im, ax=ax, label="accuracy (%)")
         fig.tight_layout()
         p = out_dir / "ablation_heatmap.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
+        save(fig, p)
         written.append(p)
     return written
 
 
 def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
-    """<out>/<model>/results_<date>.json (+ samples_<task>_<date>.jsonl, results.md, PNGs)."""
+    """<out>/<model>/results_<date>.json (+ samples_<task>_<date>.jsonl, results.md, PNGs).
+
+    Each file goes to a temp name and is renamed into place; the results JSON comes last and
+    records the sample logs' SHA-256, so it marks the run complete (see outputs.check_run)."""
+    from .outputs import atomic_open, atomic_write, file_record
     d = Path(out_root) / sanitize(doc["model"]["name"])
     d.mkdir(parents=True, exist_ok=True)
     stamp = doc["date"].replace(":", "-").replace("+00-00", "")
-    path = d / f"results_{stamp}.json"
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False))
-    if samples is not None:
-        for task, recs in samples.items():
-            with open(d / f"samples_{task}_{stamp}.jsonl", "w") as f:
-                for r in recs:
-                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    (d / "results.md").write_text(markdown(doc))
+    logs = {}
+    for task, recs in (samples or {}).items():
+        p = d / f"samples_{task}_{stamp}.jsonl"
+        with atomic_open(p) as f:
+            for r in recs:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        logs[task] = file_record(p)
+    atomic_write(d / "results.md", markdown(doc))
     plots(doc, d)
+    path = d / f"results_{stamp}.json"
+    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs), indent=2, ensure_ascii=False))
     return path

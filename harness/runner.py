@@ -189,6 +189,8 @@ def score_unit(u: Unit, res: dict, judge=None) -> dict:
            "scene_id": s.scene_id, "place": s.place, "speech_type": s.speech_type, "layers": s.layers,
            "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "prompt": u.prompt, "options": u.options,
            "answer": u.answer}
+    if s.family_id:
+        rec.update(family_id=s.family_id, variant=s.variant, family_shape=s.family_shape, slot_kind=s.slot_kind)
     if "error" in res:
         return dict(rec, error=res["error"], correct=False, parsed=None, method="error")
     if u.task.output_type == "multiple_choice":

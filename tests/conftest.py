@@ -1,10 +1,17 @@
-"""Shared fixtures: real recordings and real synthesised speech, small and cached per session."""
+"""Shared fixtures: real recordings and real synthesised speech, small and cached per session.
+
+The test session is hermetic: every cache (CASU's, Hugging Face's datasets cache, matplotlib's)
+lives in one temp folder made at import time, before any library reads its cache setting, and
+removed at the end of the session. Model weights already in the Hugging Face hub cache stay
+readable (offline, read-only)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +20,48 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hub_cache() -> str:
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return os.path.join(os.path.expanduser(home), "hub")
+
+
+def _remove_dead_sessions() -> None:
+    """Session folders of test runs that were killed (no clean-up hook ran)."""
+    from casu_dataset.atomic import pid_alive
+    for d in Path(tempfile.gettempdir()).glob("casu-tests-*-*"):
+        pid = d.name.split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+_remove_dead_sessions()
+SESSION_DIR = Path(tempfile.mkdtemp(prefix=f"casu-tests-{os.getpid()}-"))
+_hub = _hub_cache()
+os.environ.update({
+    "CASU_CACHE": str(SESSION_DIR / "casu"),
+    "HF_HOME": str(SESSION_DIR / "hf"),
+    "HF_DATASETS_CACHE": str(SESSION_DIR / "hf" / "datasets"),
+    "MPLCONFIGDIR": str(SESSION_DIR / "matplotlib"),
+    # Chromium (review test), dconf and other tools' per-user caches and settings.
+    "XDG_CACHE_HOME": str(SESSION_DIR / "xdg-cache"),
+    "XDG_CONFIG_HOME": str(SESSION_DIR / "xdg-config"),
+})
+if os.path.isdir(_hub):
+    os.environ["HF_HUB_CACHE"] = _hub  # pre-downloaded weights, read offline
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def session_cache() -> Path:
+    """The session's CASU cache: speech turns and catalog embeddings computed once for all tests."""
+    return Path(os.environ["CASU_CACHE"])
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +103,7 @@ def build_small(out: Path, lib_dir: Path):
     docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]
     lib_dir.mkdir(parents=True, exist_ok=True)
     (lib_dir / "lib.yaml").write_text(yaml.safe_dump([s for s in docs if s["id"] in HARNESS_SCENES], sort_keys=False))
-    cache = Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+    cache = Path(os.environ["CASU_CACHE"])
     builder = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
                            VoiceRegistry().available(), MixConfig(), None)
     return build_dataset(out, compile_library(lib_dir / "lib.yaml"), builder, seed=0, cache_dir=cache, progress=False)
@@ -70,36 +119,48 @@ def casu_small(tmp_path_factory) -> Path:
     return d / "out"
 
 
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def transformers_serve(model_dir: str):
-    """A real `transformers serve` process for a local model folder; yields its /v1 base URL."""
-    import subprocess
+    """A real `transformers serve` process for a local model folder on port 0; yields its /v1
+    base URL, with the port read from uvicorn's start-up line."""
+    import queue
     import sys
+    import threading
     import time
     import urllib.request
-    port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "transformers")
-    proc = subprocess.Popen([exe, "serve", "--port", str(port), model_dir], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", "0", model_dir],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    ports: queue.Queue = queue.Queue()
+    tail: list[str] = []
+
+    def drain():  # keeps reading to the end so the server never blocks on a full pipe
+        for line in proc.stdout:
+            tail[:] = (tail + [line])[-20:]
+            m = re.search(r"Uvicorn running on https?://[^\s]+:(\d+)", line)
+            if m:
+                ports.put(int(m.group(1)))
+        ports.put(None)
+    threading.Thread(target=drain, daemon=True).start()
     try:
-        for _ in range(240):
+        try:
+            port = ports.get(timeout=180)
+        except queue.Empty:
+            pytest.fail("transformers serve did not start in 180 s:\n" + "".join(tail))
+        if port is None:
+            pytest.fail("transformers serve exited during start-up:\n" + "".join(tail))
+        for _ in range(120):
             try:
-                urllib.request.urlopen(f"http://localhost:{port}/health", timeout=1)
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
                 break
             except OSError:
                 if proc.poll() is not None:
-                    pytest.fail("transformers serve exited during start-up")
+                    pytest.fail("transformers serve exited during start-up:\n" + "".join(tail))
                 time.sleep(0.5)
         else:
-            pytest.fail("transformers serve did not start in 120 s")
-        yield f"http://localhost:{port}/v1"
+            pytest.fail("transformers serve did not answer /health in 60 s")
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()
         proc.wait(timeout=30)

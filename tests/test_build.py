@@ -1,14 +1,19 @@
 """Dataset build on a few real CASU-mini scenes: load_dataset, byte-identical rebuilds,
-resume, shards + merge, skipped scenes, and the exact Hub commit operations."""
+resume, shards + merge, skipped scenes, atomic writes under kill -9, stale temp clean-up, the
+card (name, license, attribution), the scene key, and the exact Hub commit operations."""
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from casu_dataset.build import CONFIGS, build_dataset, merge_folders, plan_push, push
+from casu_dataset.build import CONFIGS, BuildError, build_dataset, merge_folders, plan_push, push
 from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
 
 SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one with a minimal pair
@@ -28,7 +33,7 @@ def work(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def builder(work):
+def builder(work, session_cache):
     from casu_dataset.catalog import Catalog
     from casu_dataset.mixer import MixConfig
     from casu_dataset.realize import SceneBuilder
@@ -36,7 +41,9 @@ def builder(work):
     from casu_dataset.speech.intelligibility import WhisperChecker
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    return SceneBuilder(Retriever(Catalog.embedded(), cache_dir=work / "cache"), SpeechSynth(work / "cache"),
+    # Embeddings and speech turns come from the session cache (shared with casu_small); the
+    # scene cache is this module's own (work/cache), so resume tests see only these scenes.
+    return SceneBuilder(Retriever(Catalog.embedded(), cache_dir=session_cache), SpeechSynth(session_cache),
                         VoiceRegistry(), MixConfig(), WhisperChecker())
 
 
@@ -50,7 +57,10 @@ def built(work, builder):
 
 
 def _bytes(folder: Path) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every dataset file (temp files of killed writes are not part of the dataset)."""
+    from casu_dataset.atomic import is_tmp
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not is_tmp(p)}
 
 
 def test_load_dataset_every_config_and_decode_with_soundfile(built):
@@ -83,7 +93,8 @@ def test_invalid_script_is_skipped_and_reported_in_the_card(built):
     assert "unknown speaker 'nobody'" in rep.skipped[0]["reason"]
     card = (out / "README.md").read_text()
     assert "broken_scene" in card and "configs:" in card and "config_name: contextual_reasoning" in card
-    assert "| ev__electric_bell_ring" in card or "| ev__" in card   # clip attribution
+    attribution = (out / "ATTRIBUTION.md").read_text()
+    assert "| ev__" in attribution                                # clip attribution
     assert "flite" in card or "piper" in card                     # voice attribution
 
 
@@ -123,21 +134,27 @@ def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, build
     from dataclasses import replace
     out, rep, scenes, _ = built
     strict = replace(builder, min_score=0.99, cache=None)
-    rep4 = build_dataset(work / "strict", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+    with pytest.raises(BuildError) as e:  # every scene skipped: the build fails, with the report
+        build_dataset(work / "strict", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+    rep4 = e.value.report
     assert rep4.built == [] and "RetrievalError" in rep4.skipped[0]["reason"]
     from casu_dataset.speech.voices import VoiceRegistry
     mute = replace(builder, registry=VoiceRegistry([v for v in builder.registry.voices if v.gender == "male"]),
                    cache=None)
-    rep5 = build_dataset(work / "mute", [s for s in scenes if s.script.id == "kitchen_kettle"], mute, seed=1,
-                         cache_dir=work / "cache_mute", progress=False)
+    with pytest.raises(BuildError) as e:
+        build_dataset(work / "mute", [s for s in scenes if s.script.id == "kitchen_kettle"], mute, seed=1,
+                      cache_dir=work / "cache_mute", progress=False)
+    rep5 = e.value.report
     assert rep5.built == [] and "no adult female voice" in rep5.skipped[0]["reason"]
 
 
 def test_push_sends_exactly_the_folder(built):
     out, _, _, _ = built
+    (out / "scenes" / ".test-00000-of-00001.parquet.tmp999999999").write_bytes(b"half")  # a killed write
     ops = plan_push(out)
     paths = [o.path_in_repo for o in ops]
     assert "README.md" in paths and "contextual_reasoning/test-00000-of-00001.parquet" in paths
+    assert "ATTRIBUTION.md" in paths and not [p for p in paths if ".tmp" in p]
     assert paths == sorted(paths) and len(paths) == len(set(paths))
 
     class Recorder:
@@ -163,7 +180,7 @@ def test_push_sends_exactly_the_folder(built):
 def test_num_proc_builds_the_same_bytes(built, work):
     from casu_dataset.build import build_dataset
     out, rep, scenes, invalid = built
-    spec = {"cache": str(work / "cache_mp"), "check_speech": True, "alpha": 0.6}
+    spec = {"cache": os.environ["CASU_CACHE"], "check_speech": True, "alpha": 0.6}  # warm speech, cold scenes
     from casu_dataset.realize import make_builder
     b = make_builder(spec)
     rep6 = build_dataset(work / "mp", scenes, b, seed=1, cache_dir=work / "cache_mp", progress=False,
@@ -171,3 +188,186 @@ def test_num_proc_builds_the_same_bytes(built, work):
     assert rep6.built == rep.built
     a, b = _bytes(out), _bytes(work / "mp")
     assert [k for k in a if a[k] != b.get(k)] == []
+
+
+def _read_all(folder: Path) -> dict:
+    import pyarrow.parquet as pq
+    return {c: pq.read_table(folder / c).num_rows for c in CONFIGS}
+
+
+# Rewrites DST from SRC (merge_folders: the same write phase as a build) and is killed with
+# SIGKILL halfway through writing the second parquet file of the write phase.
+KILL_DURING_WRITE = r"""
+import os, signal, sys
+from pathlib import Path
+from casu_dataset import build
+real, calls = build.write_parquet, []
+def dying(rows, config, path):
+    real(rows, config, path)
+    calls.append(config)
+    if len(calls) == 2:
+        os.truncate(path, os.path.getsize(path) // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+build.write_parquet = dying
+build.merge_folders(sys.argv[1], [sys.argv[2]])
+"""
+
+
+def test_kill_during_write_leaves_the_previous_dataset_readable(built, builder, work):
+    import datasets
+    out, rep, scenes, invalid = built
+    new = work / "kill_src"   # different content: one scene
+    build_dataset(new, [s for s in scenes if s.script.id == "kitchen_kettle"], builder, seed=1,
+                  cache_dir=work / "cache", progress=False)
+    target = work / "kill_target"
+    shutil.copytree(out, target)
+    old = _bytes(target)
+    p = subprocess.run([sys.executable, "-c", KILL_DURING_WRITE, str(target), str(new)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == -9, p.stderr[-2000:]
+    assert _bytes(target) == old                   # every file of the old dataset, byte for byte
+    assert _read_all(target) == _read_all(out)
+    assert len(datasets.load_dataset(str(target), "contextual_reasoning", split="test")) > 1
+    leftovers = [f for f in target.rglob(".*.tmp*")]
+    assert leftovers                               # the killed writer's temp files ...
+    merge_folders(target, [new])                   # ... are removed by the next write
+    assert not list(target.rglob(".*.tmp*"))
+    assert _bytes(target) == _bytes(new)
+
+
+def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, builder, work):
+    from casu_dataset.speech.layer import SpeechSynth
+    out, rep, scenes, invalid = built
+    cache = work / "cache_stale"
+    shutil.copytree(work / "cache", cache)
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)    # a process that has exited
+    live = os.getppid()
+    sdir = cache / "build" / "scenes"
+    stale = [sdir / f"{'a' * 32}.tmp{dead}", sdir / f"{'b' * 32}.tmp{live}"]
+    keep = sdir / f"{'c' * 32}.tmp{live}"
+    for d in (*stale, keep):
+        d.mkdir()
+        (d / "mixture.flac").write_bytes(b"partial")
+    old = time.time() - 7 * 3600                    # a live PID but hours old: not a running write
+    os.utime(stale[1], (old, old))
+    speech = cache / "speech" / "ab"
+    speech.mkdir(parents=True)
+    dead_turn, live_turn = speech / f"{'d' * 64}.{dead}.tmp", speech / f"{'e' * 64}.{live}.tmp"
+    for f in (dead_turn, live_turn):
+        f.write_bytes(b"RIFF")
+    rep2 = build_dataset(work / "stale_out", scenes, builder, seed=1, cache_dir=cache, progress=False,
+                         invalid=invalid)
+    assert rep2.cached == 5
+    assert not any(d.exists() for d in stale) and keep.is_dir()
+    SpeechSynth(cache)
+    assert not dead_turn.exists() and live_turn.exists()
+
+
+def test_skipped_scenes_fail_the_build_and_write_nothing(built, builder, work):
+    from dataclasses import replace
+    out, rep, scenes, invalid = built
+    target = work / "skip_target"
+    shutil.copytree(out, target)
+    before = _bytes(target)
+    with pytest.raises(BuildError, match=r"(?s)1 scenes skipped \(allowed: 0\).*broken_scene"):
+        build_dataset(target, scenes, builder, seed=1, cache_dir=work / "cache", progress=False, invalid=invalid,
+                      max_skips=0)
+    assert _bytes(target) == before
+    strict = replace(builder, min_score=0.99, cache=None)   # every scene fails retrieval
+    with pytest.raises(BuildError, match=r"no scene left to write \(0 built, 1 skipped\)"):
+        build_dataset(target, scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+    assert _bytes(target) == before
+    with pytest.raises(BuildError, match="no scene left"):
+        build_dataset(work / "never", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+    assert not (work / "never").exists()
+    rep2 = build_dataset(target, scenes, builder, seed=1, cache_dir=work / "cache", progress=False,
+                         invalid=invalid, max_skips=1)
+    assert len(rep2.built) == 5 and _bytes(target) == before
+
+
+def test_cli_build_exit_status_name_and_partial_scenario_files(work, session_cache):
+    from casu_dataset.cli import main
+    docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]
+    one = next(s for s in docs if s["id"] == "kitchen_kettle")
+    one.pop("pair", None)
+    one["questions"] = [q for q in one["questions"] if q["task"] == "entity_extraction"]  # one task only
+    broken = json.loads(json.dumps(one))
+    broken["id"], broken["script"]["turns"][0]["speaker"] = "broken_scene", "nobody"
+    lib = work / "my_scenes"
+    lib.mkdir()
+    (lib / "a.yaml").write_text(yaml.safe_dump([one, broken], sort_keys=False))
+    out = work / "cli_out"
+    args = ["build", "--out", str(out), "--scenarios", str(lib), "--no-check-speech", "--cache", str(session_cache)]
+    assert main(args) == 1 and not out.exists()
+    assert main(args + ["--max-skips", "1"]) == 0
+    card = (out / "README.md").read_text()
+    assert "\n# my_scenes\n" in card and 'pretty_name: "my_scenes"' in card
+    assert "4-option questions for entity extraction," in card and "CASU-mini" not in card
+    import pyarrow.parquet as pq
+    assert pq.read_table(out / "entity_extraction").num_rows == 1
+    assert pq.read_table(out / "role_inference").num_rows == 0
+    assert main(args + ["--allow-skips", "--name", "Kitchen Set"]) == 0
+    assert "\n# Kitchen Set\n" in (out / "README.md").read_text()
+
+
+def test_card_license_front_matter_and_attribution_file(built):
+    from huggingface_hub import DatasetCard
+
+    from casu_dataset.build import card_license
+    out, rep, scenes, invalid = built
+    data = DatasetCard((out / "README.md").read_text()).data.to_dict()
+    assert data["pretty_name"] == "CASU-mini" and data["license"] == "other"
+    assert data["license_name"] == "casu-per-clip-licenses" and data["license_link"] == "ATTRIBUTION.md"
+    attribution = (out / "ATTRIBUTION.md").read_text()
+    import pyarrow.parquet as pq
+    for r in pq.read_table(out / "scenes", columns=["annotation"]).to_pylist():
+        ret = json.loads(r["annotation"])["extra"]["retrieval"]
+        for m in [ret["background"], *ret["events"]]:
+            assert f"| {m['clip_id']} | {m['source']} |" in attribution and m["license"] in attribution
+    same = {"a": {"license": "CC0"}, "b": {"license": "Creative Commons Zero 1.0"}}
+    assert card_license(same) == {"license": "cc0-1.0"}
+    assert card_license({"a": {"license": "CC0"}, "b": {"license": "GPL-2+"}})["license"] == "other"
+    assert card_license({"a": {"license": "Battle-Tanks-License"}})["license"] == "other"
+
+
+def test_card_reports_mix_level_wer_or_says_it_was_not_run():
+    from casu_dataset.build import mix_intelligibility_summary
+
+    def rows(*extras):
+        return {"scenes": [{"annotation": json.dumps({"extra": e})} for e in extras]}
+    assert "not run" in mix_intelligibility_summary(rows({}, {}))
+    s = mix_intelligibility_summary(rows({"mix_intelligibility": [{"turn": 0, "wer": 0.0}, {"turn": 1, "wer": 0.5}]},
+                                         {"mix_intelligibility": {"turns": [{"wer": 0.25}]}}, {}))
+    assert "3 turns in 2 of 3 scenes, mean WER 0.250, max WER 0.500" in s
+
+
+def test_scene_key_covers_the_rendering_code(built, builder, tmp_path, monkeypatch):
+    from casu_dataset import build
+    out, rep, scenes, invalid = built
+    src = Path(build.__file__).parent
+    root = tmp_path / "code"
+    for pattern in build.RENDER_SOURCES:
+        for f in src.glob(pattern):
+            (root / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, root / f.relative_to(src))
+    shutil.copy(src / "cli.py", root / "cli.py")    # not rendering code
+    monkeypatch.setattr(build, "_CODE_ROOT", root)
+    build.code_hash.cache_clear()
+    seen = {build.scene_key(scenes[0], 1, builder)}
+    for rel in ("mixer.py", "speech/layer.py", "cli.py"):
+        (root / rel).write_bytes((root / rel).read_bytes() + b"\n# changed\n")
+        build.code_hash.cache_clear()
+        seen.add(build.scene_key(scenes[0], 1, builder))
+    assert len(seen) == 3     # mixer.py and speech/layer.py changed the key; cli.py did not
+
+
+def test_the_test_session_is_hermetic():
+    import tempfile
+
+    import datasets
+
+    from casu_dataset.speech.layer import default_cache_dir
+    tmp = Path(tempfile.gettempdir()).resolve()
+    assert tmp in default_cache_dir().resolve().parents
+    assert tmp in Path(datasets.config.HF_DATASETS_CACHE).resolve().parents

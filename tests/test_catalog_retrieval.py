@@ -8,6 +8,14 @@ from casu_dataset.retrieval import Embedder, RetrievalError, Retriever, catalog_
 from casu_dataset.retrieval_eval import evaluate, load_queries
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    """Source checks and embeddings go to a temporary cache, never ~/.cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CASU_CACHE", str(tmp_path_factory.mktemp("casu_cache")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def embedder():
     return Embedder()

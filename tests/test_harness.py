@@ -19,7 +19,6 @@ from harness.results import document
 from harness.task_config import TaskConfigError, load_task, load_tasks, select_tasks
 from model_adapters.base import Adapter
 
-from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -200,6 +199,14 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     assert "| Model | BLEU-4 |" in p.stdout
     model_dir = out / "plugin_adapters__AudioHashAdapter"
     doc = _results(out, "plugin_adapters__AudioHashAdapter")
+    # every row of every question config was evaluated, once per condition (counted from the files)
+    import pyarrow.parquet as pq
+    rows = sum(pq.read_metadata(f).num_rows for t in TASKS.values()
+               for f in (casu_small / t.dataset_config).glob("*.parquet"))
+    ev = doc["evaluated"]
+    assert rows > 0 and ev["samples"] == rows and ev["requests"] == 2 * rows
+    assert (f"evaluated {2 * rows} requests over {rows} samples from {casu_small} "
+            f"(fingerprint {doc['dataset']['fingerprint']})") in p.stdout
     for key in ("schema_version", "date", "git_hash", "versions", "model", "config", "dataset", "generation",
                 "scoring", "audio_probe", "results", "n_samples", "status", "errors", "timing"):
         assert key in doc, key
@@ -262,7 +269,8 @@ def test_torchrun_two_processes_give_the_same_results(casu_small, tmp_path):
             "--dataset", str(casu_small), "--quiet", "--log_samples", "--cache", "off"]
     harness(*args, "--output_path", str(tmp_path / "one"))
     torchrun = Path(sys.executable).with_name("torchrun")
-    p = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "harness",
+    # --standalone: torchrun binds its own free rendezvous port (no bind-then-close race).
+    p = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "harness",
                         *args, "--output_path", str(tmp_path / "two")], env=ENV, cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]

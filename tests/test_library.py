@@ -70,10 +70,24 @@ GOOD = """
 Q = '    - {id: %s, task: %s, q: "Q?", correct: "right", distractors: ["w1", "w2", "w3"], why: "cue", layers: [event]}'
 
 
+def test_scenarios_may_ask_any_subset_of_tasks_with_letters_balanced_per_task(tmp_path):
+    # Three scenarios: one asks two tasks, one a single task, one all four; none is skipped.
+    one = (GOOD % "\n".join(Q % (t, t) for t in TASKS[:2])).strip("\n")
+    two = (GOOD % (Q % (TASKS[0], TASKS[0]))).replace("id: s1", "id: s2").strip("\n")
+    three = (GOOD % "\n".join(Q % (t, t) for t in TASKS)).replace("id: s1", "id: s3").strip("\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "a.yaml").write_text("\n".join([one, two, three]) + "\n")
+    skipped = []
+    scenes = compile_library(tmp_path / "lib", skipped)
+    assert skipped == [] and [len(s.questions) for s in scenes] == [2, 1, 4]
+    by_task = {}
+    for q in all_questions(scenes):
+        by_task.setdefault(q.task, []).append(q.answer)
+    assert sorted(by_task[TASKS[0]]) == ["A", "B", "C"]  # 3 questions of one task: 3 distinct letters
+    assert {len(v) for k, v in by_task.items() if k != TASKS[0]} == {1, 2}
+
+
 def test_library_errors_name_file_and_scenario(tmp_path):
-    three = "\n".join(Q % (t, t) for t in TASKS[:3])
-    with pytest.raises(LibraryError, match=r"bad.yaml: scenario s1: questions: no question for counterfactual_reasoning"):
-        compile_library(_write(tmp_path, GOOD % three))
     four = "\n".join(Q % (t, t) for t in TASKS)
     assert len(compile_library(_write(tmp_path, GOOD % four))) == 1
     bad_pair = GOOD % four + """  pair: {id: s1b, swap: {event: bell, description: A siren., keywords: [siren], type: siren},

@@ -1,22 +1,30 @@
 """Review decisions: an append-only JSONL file next to the dataset (`<dataset>.decisions.jsonl`).
 
-One line per decision: {time, reviewer, kind: scene|question, item, action: accept|reject|edit,
-comment, edit: {question, options, answer}}. Each line is flushed and fsynced when written,
-so closing the browser or killing the server loses nothing. Reading keeps every valid line,
-reports corrupt ones by line number, lets the newest decision on an item win, and lists
-items on which reviewers disagree."""
+One line per decision: {time, reviewer, kind, item, action: accept|reject|edit, comment, edit}.
+Kinds: `scene` (item: a scene id, or a family variant's scene id; accept | reject), `question`
+(item: a question id; accept | reject | edit {question, options, answer}), `family` (item: a
+contrast family id; accept | reject) and `family_question` (item: FAMILY/TASK; accept | reject |
+edit {question and/or options}: the text of the question and of the four options in their
+shared order; each variant keeps its own key, so an edit never carries one). Each line is
+flushed and fsynced when written, so closing the browser or killing the server loses nothing.
+Reading keeps every valid line, reports corrupt ones by line number, lets the newest decision
+on an item win, and lists items on which reviewers disagree. Whether a decision fits the
+dataset (a known item; no per-variant change to a family's shared question) is checked by
+the server when it is made and by review.apply when the build applies it."""
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ACTIONS = ("accept", "reject", "edit")
-KINDS = ("scene", "question")
+KINDS = ("scene", "question", "family", "family_question")
 LETTERS = "ABCD"
+TASKS = ("contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning")
 
 
 class DecisionError(ValueError):
@@ -42,21 +50,81 @@ def validate(rec: dict) -> dict:
     out = {"time": rec.get("time") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
            "reviewer": rec["reviewer"].strip(), "kind": rec["kind"], "item": rec["item"], "action": rec["action"],
            "comment": str(rec.get("comment") or "")}
+    if rec["kind"] == "family_question":
+        fid, _, task = rec["item"].partition("/")
+        if not fid or task not in TASKS:
+            raise DecisionError(f"item {rec['item']!r}: a family question is FAMILY/TASK, TASK one of {TASKS}")
     if rec["action"] == "edit":
-        if rec["kind"] != "question":
-            raise DecisionError("only questions can be edited (scenes are accepted or rejected)")
-        e = rec.get("edit") or {}
-        opts = e.get("options")
-        if not isinstance(e.get("question"), str) or not e["question"].strip():
-            raise DecisionError("edit.question is missing or empty")
-        if not isinstance(opts, list) or len(opts) != 4 or not all(isinstance(o, str) and o.strip() for o in opts):
-            raise DecisionError("edit.options must be 4 non-empty strings")
-        if len({o.strip().lower() for o in opts}) != 4:
-            raise DecisionError("edit.options must be distinct")
-        if e.get("answer") not in LETTERS:
-            raise DecisionError("edit.answer must be one of A, B, C, D")
-        out["edit"] = {"question": e["question"].strip(), "options": [o.strip() for o in opts], "answer": e["answer"]}
+        if rec["kind"] == "family_question":
+            out["edit"] = _family_edit(rec.get("edit"))
+        elif rec["kind"] != "question":
+            raise DecisionError(f"only questions can be edited ({rec['kind']}s are accepted or rejected)")
+        else:
+            out["edit"] = _question_edit(rec.get("edit"))
     return out
+
+
+def variant_question_error(rec: dict, family_id: str | None, task: str) -> str | None:
+    """Why a per-variant decision on a family's question is refused (None when it is not):
+    the four variants share the question, so only accepting it alone is harmless."""
+    if rec["kind"] != "question" or not family_id or rec["action"] == "accept":
+        return None
+    return (f"question {rec['item']!r} belongs to contrast family {family_id!r}, whose four variants share its "
+            f"text and options; a per-variant {rec['action']} would break the family. Decide the family question "
+            f"instead: kind 'family_question', item '{family_id}/{task}'")
+
+
+def _question_text(e: dict) -> str:
+    if not isinstance(e.get("question"), str) or not e["question"].strip():
+        raise DecisionError("edit.question is missing or empty")
+    return e["question"].strip()
+
+
+def _options(e: dict) -> list[str]:
+    opts = e.get("options")
+    if not isinstance(opts, list) or len(opts) != 4 or not all(isinstance(o, str) and o.strip() for o in opts):
+        raise DecisionError("edit.options must be 4 non-empty strings")
+    if len({" ".join(o.lower().split()) for o in opts}) != 4:
+        raise DecisionError("edit.options must be distinct")
+    return [o.strip() for o in opts]
+
+
+def _question_edit(e) -> dict:
+    e = e if isinstance(e, dict) else {}
+    q, opts = _question_text(e), _options(e)
+    if e.get("answer") not in LETTERS:
+        raise DecisionError("edit.answer must be one of A, B, C, D")
+    return {"question": q, "options": opts, "answer": e["answer"]}
+
+
+def _family_edit(e) -> dict:
+    """The new shared text; the keys stay per variant, so an `answer` is refused, not ignored."""
+    if not isinstance(e, dict) or not ({"question", "options"} & set(e)):
+        raise DecisionError("edit: a family question edit needs edit.question and/or edit.options")
+    if "answer" in e:
+        raise DecisionError("edit.answer: a family question's key is per variant and cannot be edited; "
+                            "edit only the question and the option texts (in the shared order)")
+    extra = set(e) - {"question", "options"}
+    if extra:
+        raise DecisionError(f"edit: unknown fields {sorted(extra)} (a family question edit has question, options)")
+    out = {}
+    if "question" in e:
+        out["question"] = _question_text(e)
+    if "options" in e:
+        out["options"] = _options(e)
+    if "question" in out and "options" in out:
+        check_no_option_in_question(out["question"], out["options"])
+    return out
+
+
+def check_no_option_in_question(question: str, options: list[str]) -> None:
+    """The family rule the validity check enforces: no option text inside the question."""
+    def norm(t: str) -> str:  # as scenarios.families normalises, so both checks agree
+        return " ".join(re.findall(r"[a-z0-9']+", t.lower()))
+    nq = f" {norm(question)} "
+    for i, o in enumerate(options):
+        if f" {norm(o)} " in nq:
+            raise DecisionError(f"edit.options[{i}] ({LETTERS[i]}): the option text appears in the question")
 
 
 @dataclass

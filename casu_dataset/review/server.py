@@ -3,7 +3,12 @@
 A page of our own rather than Gradio: no extra dependency (Gradio pulls ~100 packages),
 starts in about a second, and is keyboard-first (see page.html for the keys). Bound to
 127.0.0.1 unless --host says otherwise. Every decision is appended to
-`<dataset>.decisions.jsonl` before the page is told it was saved."""
+`<dataset>.decisions.jsonl` before the page is told it was saved.
+
+A v2 dataset (family columns set) is reviewed by contrast family: GET /api/family/FAMILY_ID
+gives the four variants side by side and each shared question once with every variant's key;
+decisions on a family, a variant (kind scene) or a family question (FAMILY/TASK). A v1 dataset
+keeps the per-scene view (GET /api/scene/SCENE_ID)."""
 from __future__ import annotations
 
 import functools
@@ -14,8 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..build import TASK_CONFIGS
-from .decisions import DecisionError, DecisionLog, decisions_path
+from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, validate,
+                        variant_question_error)
 
+FAMILY_COLS = ("family_id", "variant", "family_shape", "slot_kind", "speech_version", "fill")
 STEMS = ("audio", "background", "speech", "events")
 PAGE = Path(__file__).with_name("page.html")
 
@@ -34,13 +41,28 @@ class ReviewData:
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
         self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes").to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
+        self.question_rows: dict[str, dict] = {}
         for c in TASK_CONFIGS:
-            if (self.root / c).is_dir():
-                for r in pq.read_table(self.root / c, columns=[
-                        "id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
-                        "minimal_pair_id"]).to_pylist():
+            files = sorted((self.root / c).glob("*.parquet"))
+            if files:
+                names = set(pq.read_schema(files[0]).names)  # v1 folders have no family columns
+                cols = ["id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
+                        "minimal_pair_id", *(f for f in FAMILY_COLS if f in names)]
+                for r in pq.read_table(self.root / c, columns=cols).to_pylist():
                     self.questions.setdefault(r["scene_id"], []).append(r)
-        self.question_ids = {q["id"] for qs in self.questions.values() for q in qs}
+                    self.question_rows[r["id"]] = r
+        self.question_ids = set(self.question_rows)
+        # Contrast families (v2): family id -> its variants' scene ids, in variant order, and
+        # FAMILY/TASK -> {scene id: that variant's question row}.
+        self.families: dict[str, list[str]] = {}
+        for sid, s in sorted(self.scenes.items(), key=lambda kv: (kv[1].get("variant") or "", kv[0])):
+            if s.get("family_id"):
+                self.families.setdefault(s["family_id"], []).append(sid)
+        self.family_questions: dict[str, dict[str, dict]] = {}
+        for q in self.question_rows.values():
+            fid = self.scenes.get(q["scene_id"], {}).get("family_id")
+            if fid:
+                self.family_questions.setdefault(f"{fid}/{q['task']}", {})[q["scene_id"]] = q
         self.log = DecisionLog(decisions_path(self.root))
 
     def state(self, reviewer: str) -> dict:
@@ -51,8 +73,19 @@ class ReviewData:
                            "status": rv.status("scene", sid),
                            "questions": [{"id": q["id"], "task": q["task"], "status": rv.status("question", q["id"])}
                                          for q in self.questions.get(sid, [])]})
+        families = []
+        for fid, sids in sorted(self.families.items()):
+            s0 = self.scenes[sids[0]]
+            families.append({
+                "family_id": fid, "shape": s0.get("family_shape"), "slot_kind": s0.get("slot_kind"),
+                "place": s0["place"], "speech_type": s0["speech_type"], "status": rv.status("family", fid),
+                "variants": [{"scene_id": sid, "variant": self.scenes[sid]["variant"],
+                              "status": rv.status("scene", sid)} for sid in sids],
+                "questions": [{"item": item, "task": item.split("/", 1)[1],
+                               "status": rv.status("family_question", item)} for item in self._family_items(fid)]})
         return {"reviewer": reviewer, "dataset": str(self.root), "decisions_file": str(self.log.path),
-                "scenes": scenes, "tasks": list(TASK_CONFIGS), "places": sorted({s["place"] for s in scenes}),
+                "scenes": scenes, "families": families, "tasks": list(TASK_CONFIGS),
+                "places": sorted({s["place"] for s in scenes}),
                 "warnings": [m for _, m in rv.bad_lines], "conflicts": rv.conflicts, "counts": rv.counts()}
 
     def scene(self, sid: str) -> dict:
@@ -71,6 +104,74 @@ class ReviewData:
                 "turns": [{k: t[k] for k in ("speaker", "text", "onset", "offset")} for t in ann["turns"]],
                 "events": [{k: e[k] for k in ("id", "description", "onset", "offset")} for e in ann["events"]],
                 "status": rv.status("scene", sid), "decision": rv.final.get(("scene", sid)), "questions": qs}
+
+    def _family_items(self, fid: str) -> list[str]:
+        return [f"{fid}/{t}" for t in TASK_CONFIGS if f"{fid}/{t}" in self.family_questions]
+
+    def family(self, fid: str) -> dict:
+        """One family for the side-by-side view: its variants, its speech (one entry per speech
+        version) and each shared question once, with every variant's key letter."""
+        sids = self.families.get(fid)
+        if sids is None:
+            raise KeyError(fid)
+        rv = self.log.review()
+        s0 = self.scenes[sids[0]]
+        variants, speech = [], {}
+        for sid in sids:
+            s = self.scenes[sid]
+            ann = json.loads(s["annotation"])
+            bg = json.loads(s["script"]).get("background") or {}
+            variants.append({
+                "scene_id": sid, "variant": s["variant"], "fill": s.get("fill"),
+                "speech_version": s.get("speech_version"),
+                "description": s["description"], "background": bg.get("description", ""),
+                "events": [{k: e[k] for k in ("id", "description", "onset", "offset")} for e in ann["events"]],
+                "status": rv.status("scene", sid), "decision": rv.final.get(("scene", sid))})
+            version = s.get("speech_version") or ""
+            if version not in speech:  # byte-identical within a speech version: show it once
+                speech[version] = {"version": version, "variants": [],
+                                   "turns": [{k: t[k] for k in ("speaker", "text", "onset", "offset")}
+                                             for t in ann["turns"]]}
+            speech[version]["variants"].append(s["variant"])
+        questions = []
+        for item in self._family_items(fid):
+            per = self.family_questions[item]
+            q0 = per[next(iter(sorted(per)))]
+            d = rv.final.get(("family_question", item))
+            shown = dict({"question": q0["question"], "options": q0["options"]},
+                         **(d["edit"] if d and d["action"] == "edit" else {}))
+            questions.append({
+                "item": item, "task": q0["task"], **shown, "original": {"question": q0["question"],
+                                                                        "options": q0["options"]},
+                "layers": q0["layers"], "status": rv.status("family_question", item), "decision": d,
+                "keys": {self.scenes[sid]["variant"]: q["answer"] for sid, q in sorted(per.items())},
+                "rationales": {self.scenes[sid]["variant"]: q["rationale"] for sid, q in sorted(per.items())},
+                "ids": sorted(q["id"] for q in per.values())})
+        return {"family_id": fid, "shape": s0.get("family_shape"), "slot_kind": s0.get("slot_kind"),
+                "place": s0["place"], "speech_type": s0["speech_type"], "status": rv.status("family", fid),
+                "decision": rv.final.get(("family", fid)), "variants": variants, "speech": list(speech.values()),
+                "questions": questions}
+
+    def check_decision(self, body: dict) -> dict:
+        """A valid decision on an item of this dataset, or DecisionError saying why not."""
+        rec = validate(body)
+        kind, item = rec["kind"], rec["item"]
+        known = {"scene": self.scenes, "question": self.question_ids, "family": self.families,
+                 "family_question": self.family_questions}[kind]
+        if item not in known:
+            raise DecisionError(f"{kind} {item!r} is not in this dataset")
+        if kind == "question":
+            q = self.question_rows[item]
+            msg = variant_question_error(rec, self.scenes[q["scene_id"]].get("family_id"), q["task"])
+            if msg:
+                raise DecisionError(msg)
+        if kind == "family_question" and rec["action"] == "edit":
+            q0 = next(iter(self.family_questions[item].values()))
+            # store the whole shared text, so the record reads the same whatever the dataset
+            rec["edit"] = {"question": rec["edit"].get("question", q0["question"]),
+                           "options": rec["edit"].get("options", list(q0["options"]))}
+            check_no_option_in_question(rec["edit"]["question"], rec["edit"]["options"])
+        return rec
 
     @functools.lru_cache(maxsize=64)
     def timeline(self, sid: str) -> bytes:
@@ -106,13 +207,15 @@ def make_handler(data: ReviewData, reviewer: str):
                     return self._send(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
                 if path == "/api/state":
                     return self._json(data.state(reviewer))
-                if m := re.fullmatch(r"/api/scene/([\w\-]+)", path):
+                if m := re.fullmatch(r"/api/scene/([\w\-.]+)", path):  # family variants: FAMILY.VARIANT
                     return self._json(data.scene(m.group(1)))
-                if m := re.fullmatch(r"/audio/([\w\-]+)/(\w+)\.flac", path):
+                if m := re.fullmatch(r"/api/family/([\w\-]+)", path):
+                    return self._json(data.family(m.group(1)))
+                if m := re.fullmatch(r"/audio/([\w\-.]+)/(\w+)\.flac", path):
                     if m.group(2) not in STEMS:
                         raise KeyError(m.group(2))
                     return self._send(HTTPStatus.OK, data.audio(m.group(1), m.group(2)), "audio/flac")
-                if m := re.fullmatch(r"/timeline/([\w\-]+)\.png", path):
+                if m := re.fullmatch(r"/timeline/([\w\-.]+)\.png", path):
                     return self._send(HTTPStatus.OK, data.timeline(m.group(1)), "image/png")
             except KeyError as err:
                 return self._json({"error": f"not found: {err}"}, HTTPStatus.NOT_FOUND)
@@ -123,13 +226,11 @@ def make_handler(data: ReviewData, reviewer: str):
                 return self._json({"error": f"no such endpoint: {self.path}"}, HTTPStatus.NOT_FOUND)
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if not isinstance(body, dict):
+                    raise DecisionError("a decision must be a JSON object")
                 body.setdefault("reviewer", reviewer)
                 body.pop("time", None)  # the server stamps the time
-                kind, item = body.get("kind"), body.get("item")
-                known = (kind == "scene" and item in data.scenes) or (kind == "question" and item in data.question_ids)
-                if not known:
-                    raise DecisionError(f"{kind} {item!r} is not in this dataset")
-                rec = data.log.append(body)
+                rec = data.log.append(data.check_decision(body))
             except (DecisionError, json.JSONDecodeError, ValueError) as err:
                 return self._json({"error": str(err)}, HTTPStatus.BAD_REQUEST)
             self._json({"ok": True, "saved": rec})

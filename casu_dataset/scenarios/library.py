@@ -101,6 +101,17 @@ class Scene:
     source: str = ""
 
 
+def library_name(folder: str | Path) -> str:
+    """The dataset name a scenario set is built under: CASU-mini for the shipped library,
+    otherwise the folder's name (or the file's stem)."""
+    p = Path(folder)
+    if p.resolve() == DEFAULT_DIR.resolve():
+        return "CASU-mini"
+    if p.resolve() == (Path(__file__).parent / "casu_mini_v2").resolve():
+        return "CASU-mini v2"
+    return (p.resolve().name if p.is_dir() else p.stem) or "CASU"
+
+
 def _load_file(path: Path) -> list[Scenario]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -167,10 +178,7 @@ def _compile_one(f: Path, s: Scenario, letters: dict[str, str]) -> list[Scene]:
     except ScriptError as err:
         raise LibraryError(str(err)) from None
     _check_types(where, s, script)
-    tasks = {q.task for q in s.questions}
-    missing = [t for t in TASKS if t not in tasks]
-    if missing:
-        raise LibraryError(f"{where}: questions: no question for {', '.join(missing)}")
+    # A scenario may ask any subset of the tasks; letters stay balanced per task (compile_library).
     qs, by_id = [], {}
     for q in s.questions:
         if q.id in by_id:

@@ -16,6 +16,7 @@ import numpy as np
 from ..audio_io import load_audio
 
 DEFAULT_MAX_WER = 0.25   # a voice must reach this mean WER on the fixed sentence set
+TRANSCRIBE_SETTINGS = "greedy-t0-nocond-v1"  # bump when transcribe()'s decoding changes
 
 # A fixed sentence set for the per-voice table: everyday scene speech with numbers, names,
 # questions and contractions, the material CASU scripts are made of.
@@ -84,6 +85,17 @@ class WhisperChecker:
         from faster_whisper import WhisperModel
         return WhisperModel(self.model_path, device=self.device, compute_type=self.compute_type,
                             cpu_threads=self.cpu_threads)
+
+    @functools.cached_property
+    def model_id(self) -> str:
+        """Identity of the model and decoding settings, for caches of transcripts: the
+        config plus the weights' size (hashing 75 MB of weights per process is not needed
+        to tell two installed models apart)."""
+        import hashlib
+        d = Path(self.model_path)
+        h = hashlib.sha256((d / "config.json").read_bytes() if (d / "config.json").is_file() else b"")
+        size = (d / "model.bin").stat().st_size if (d / "model.bin").is_file() else 0
+        return f"{d.name}:{h.hexdigest()[:16]}:{size}:{self.compute_type}:{TRANSCRIBE_SETTINGS}"
 
     def transcribe(self, audio: np.ndarray) -> str:
         # Greedy, no temperature fallback: the same audio always gives the same transcript.

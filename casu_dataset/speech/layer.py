@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
+from .. import atomic
 from ..audio_io import wav_bytes
 from ..script import SceneScript, Speaker
 from .engines import EngineError, get_engine
@@ -44,12 +46,25 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_TMP = re.compile(r"^[0-9a-f]{64}\.(\d+)\.tmp$")
+
+
+def clean_speech_cache(d: Path) -> list[Path]:
+    """Remove `<key>.<pid>.tmp` turn files (and `.NAME.tmpPID` pitch files) whose writer was
+    killed before its rename."""
+    def pid_of(p: Path):
+        m = _TMP.match(p.name)
+        return int(m.group(1)) if m else atomic.tmp_pid(p)
+    return atomic.clean_stale([*d.glob("*/*.tmp"), *d.glob("*/.*.tmp*")], pid_of)
+
+
 class SpeechSynth:
     """Synthesise and cache turns; also measures (and caches) each voice's median pitch."""
 
     def __init__(self, cache_dir: str | Path | None = None):
         self.dir = Path(cache_dir or default_cache_dir()) / "speech"
         self.dir.mkdir(parents=True, exist_ok=True)
+        clean_speech_cache(self.dir)
         self._pitch: dict[str, float] = {}
         self.hits = 0
         self.misses = 0
@@ -84,7 +99,7 @@ class SpeechSynth:
         else:
             audio, sr = sf.read(self.synthesize(PITCH_PROBE, voice, "pitch probe"), dtype="float32")
             f0 = median_f0(audio, sr)
-            p.write_text(json.dumps({"f0": f0, "voice": voice.id}))
+            atomic.write_text(p, json.dumps({"f0": f0, "voice": voice.id}))  # a kill never leaves half a file
         self._pitch[voice.id] = f0
         return f0
 
@@ -98,14 +113,15 @@ def candidates(speaker: Speaker, registry: VoiceRegistry) -> list[Voice]:
 
 
 def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth | None = None,
-                  exclude: dict[str, set[str]] | None = None) -> dict[str, Voice]:
+                  exclude: dict[str, set[str]] | None = None, rng_key: str | None = None) -> dict[str, Voice]:
     """speaker id -> Voice, deterministic from (seed, scene id). `exclude` removes voice ids
     per speaker (used when a voice failed the intelligibility check).
 
     Two speakers are drawn as a pair, uniformly among the valid pairs: pairs with distinct
     base voices when any exist, otherwise same-base pairs at least MIN_SEMITONES apart in
     measured median pitch."""
-    h = int(hashlib.sha256(script.id.encode()).hexdigest()[:8], 16)
+    # rng_key: a contrast family's variants share one, so their speakers get the same voices.
+    h = int(hashlib.sha256((rng_key or script.id).encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng([int(seed), h, 0x70CE])
     exclude = exclude or {}
     pools = []
@@ -138,6 +154,24 @@ def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth
     return {ids[0]: a, ids[1]: b}
 
 
+def cached_check(checker, path: Path, text: str) -> dict:
+    """The clean-turn Whisper check, stored beside the turn's WAV (whose name is a hash of text,
+    voice and engine) and keyed on the checker's model: contrast-family variants share their
+    turns, so each turn is transcribed once however many variants use it."""
+    mid = getattr(checker, "model_id", None)
+    if not isinstance(mid, str):
+        return checker.check_file(path, text)
+    side = Path(path).with_suffix(f".check-{hashlib.sha256((mid + text).encode()).hexdigest()[:16]}.json")
+    if side.is_file():
+        try:
+            return json.loads(side.read_text())
+        except (OSError, ValueError):
+            pass  # a damaged side file is recomputed
+    res = checker.check_file(path, text)
+    atomic.write_text(side, json.dumps(res))
+    return res
+
+
 @dataclass
 class SpeechLayer:
     voices: dict[str, Voice]
@@ -151,13 +185,14 @@ class SpeechLayer:
 
 
 def build_speech_layer(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth,
-                       checker=None, max_wer: float = 0.5, max_attempts: int = 3) -> SpeechLayer:
+                       checker=None, max_wer: float = 0.5, max_attempts: int = 3,
+                       rng_key: str | None = None) -> SpeechLayer:
     """Synthesise every turn; with a checker, a speaker whose turn exceeds max_wer gets
     another voice (whole speaker, so one person keeps one voice) up to max_attempts, after
     which the turn is flagged in the annotation."""
     exclude: dict[str, set[str]] = {}
     for attempt in range(1, max_attempts + 1):
-        voices = assign_voices(script, registry, seed, synth, exclude)
+        voices = assign_voices(script, registry, seed, synth, exclude, rng_key)
         paths = []
         for i, t in enumerate(script.turns):
             try:
@@ -170,7 +205,7 @@ def build_speech_layer(script: SceneScript, registry: VoiceRegistry, seed: int, 
                                        f"longer than the {script.max_duration:g} s scene")
         checks = []
         if checker is not None:
-            checks = [checker.check_file(p, t.text) for p, t in zip(paths, script.turns)]
+            checks = [cached_check(checker, p, t.text) for p, t in zip(paths, script.turns)]
             for c in checks:
                 c["flagged"] = c["wer"] > max_wer
             bad = {t.speaker for t, c in zip(script.turns, checks) if c["flagged"]}
@@ -179,7 +214,7 @@ def build_speech_layer(script: SceneScript, registry: VoiceRegistry, seed: int, 
                 try:
                     for s in fixable:
                         exclude.setdefault(s, set()).add(voices[s].id)
-                    assign_voices(script, registry, seed, synth, exclude)
+                    assign_voices(script, registry, seed, synth, exclude, rng_key)
                     continue
                 except VoiceAssignmentError:
                     pass  # no other voice: keep this one and flag the turns

@@ -1,0 +1,88 @@
+"""Atomic file writes and clean-up of temp files left by killed writers.
+
+A file is written under a hidden temp name in its own folder (same file system, so the rename
+is atomic) and `os.replace`d into place: a reader sees the old file or the new one, never a
+truncated one. A writer killed before the rename leaves its temp behind; `clean_stale` removes
+those whose writer process is gone (or that are older than `max_age`, for a cache shared by
+several machines where the PID means nothing here).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+STALE_AGE_S = 6 * 3600  # no single write takes hours: an older temp is stale whatever its PID
+_TMP_RE = re.compile(r"^\..+\.tmp(\d+)$")
+
+
+def tmp_path(path: Path) -> Path:
+    """`.NAME.tmpPID` beside `path`: hidden, so dataset readers (pyarrow, datasets) skip it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def is_tmp(path: Path) -> bool:
+    return _TMP_RE.match(Path(path).name) is not None
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def is_stale(path: Path, pid: int, max_age: float = STALE_AGE_S, now: float | None = None) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        age = (now or time.time()) - path.lstat().st_mtime
+    except FileNotFoundError:
+        return False
+    return age > max_age or not pid_alive(pid)
+
+
+def clean_stale(paths, pid_of, max_age: float = STALE_AGE_S) -> list[Path]:
+    """Remove each path (file or folder) in `paths` whose writer is gone; `pid_of(path)` gives
+    the writer's PID or None for a path that is not a temp. Returns what was removed."""
+    removed = []
+    for p in paths:
+        pid = pid_of(p)
+        if pid is None or not is_stale(p, pid, max_age):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+def tmp_pid(path: Path) -> int | None:
+    """The PID in a `tmp_path` name, else None."""
+    m = _TMP_RE.match(Path(path).name)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,56 @@
+"""Building a contrast family: its four variants share one random stream, one timeline and one
+anti-clipping gain, so the speech stem is byte-identical across the variants that share a speech
+version and the non-speech stems across the variants that share a fill.
+
+- `turn_reserve`: in a crossed family, turn i of both speech versions starts at the same time and
+  gets the longer of the two durations (speech is synthesised once and cached, so this is cheap).
+- `family_clip_gain`: the smallest anti-clipping gain over the variants, applied to all four.
+A family is all four variants or nothing: one failed variant drops the family.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import soundfile as sf
+
+
+def turn_reserve(variants: list, builder, seed: int) -> list[float] | None:
+    """Per-turn slot lengths shared by a crossed family's versions (None for slot families)."""
+    first = variants[0]
+    if getattr(first, "shape", "") != "crossed":
+        return None
+    by_version = {}
+    for v in variants:
+        by_version.setdefault(v.speech_version, v.script)
+    durs = []
+    for script in by_version.values():
+        layer = builder.speech(script, seed, first.rng_key)
+        durs.append([sf.info(str(p)).duration for p in layer.turn_paths])
+    if len({len(d) for d in durs}) != 1:
+        raise ValueError(f"family {first.family_id}: the speech versions have different numbers of turns")
+    return [round(max(ds), 6) for ds in zip(*durs)]
+
+
+def build_family(variants: list, builder, seed: int,
+                 build_one: Callable[[object, dict], tuple[dict, bool]]) -> dict[str, tuple[dict, bool]]:
+    """scene id -> (built, cache_hit) for every variant, or raise naming the variant that failed.
+
+    `build_one(scene, settings)` builds (or loads from cache) one variant with the settings
+    {rng_key, turn_reserve, clip_gain}; it returns ({annotation, flac}, hit)."""
+    first = variants[0]
+    reserve = turn_reserve(variants, builder, seed)
+    base = {"rng_key": first.rng_key, "turn_reserve": reserve, "clip_gain": None}
+    out = {}
+    for v in variants:
+        try:
+            out[v.script.id] = build_one(v, base)
+        except Exception as err:
+            raise type(err)(f"family {first.family_id}: variant {v.variant}: {err}") from err
+    gains = {sid: b["annotation"]["gains"]["clip_gain"] for sid, (b, _) in out.items()}
+    g = min(gains.values())
+    if any(x != g for x in gains.values()):
+        forced = dict(base, clip_gain=g)
+        for v in variants:
+            if gains[v.script.id] != g:
+                out[v.script.id] = build_one(v, forced)
+    return out

@@ -1,0 +1,76 @@
+"""Apply review decisions to a build's rows (drop-in for build.apply_review).
+
+A contrast family is all four variants or nothing: a rejected family, or a rejected variant
+(kind scene, item a variant's scene id), removes the family's rows from every config. A
+family question (FAMILY/TASK) is rejected or edited in all four variants at once; an edit
+changes the shared question and option texts, never a variant's key. Scenes outside a family
+(v1) behave as before: a rejected scene takes its rows, question decisions apply per row."""
+from __future__ import annotations
+
+from .decisions import TASKS as TASK_CONFIGS, variant_question_error
+
+# As build.CONFIGS (not imported: build imports this module).
+CONFIGS = ("scenes", *TASK_CONFIGS, "scene_description")
+
+
+def apply_review(rows: dict[str, list[dict]], review) -> dict:
+    """Leave out rejected families, scenes and questions, apply edits (in place); returns the
+    review counts plus `applied` (what changed the rows), `conflicts`, `bad_lines` and
+    `refused` (decisions that would break a family, not applied, each with its reason)."""
+    final = review.final
+    fam_of = {r["scene_id"]: r.get("family_id") for c in CONFIGS for r in rows.get(c, []) if r.get("family_id")}
+    families = set(fam_of.values())
+    rejected_scenes = {item for (kind, item), d in final.items() if kind == "scene" and d["action"] == "reject"}
+    gone = {item for (kind, item), d in final.items() if kind == "family" and d["action"] == "reject"} & families
+    gone |= {fam_of[s] for s in rejected_scenes if s in fam_of}  # a rejected variant takes its family
+    fq = {item: d for (kind, item), d in final.items() if kind == "family_question" and d["action"] != "accept"}
+    refused: list[str] = []
+    # A per-variant question reject of a family question (a hand-written line: the page refuses
+    # it) drops the shared question from all four variants; a per-variant edit cannot be shared.
+    for (kind, item), d in sorted(final.items()):
+        if kind != "question":
+            continue
+        sid, _, task = item.rpartition("/")
+        msg = variant_question_error(d, fam_of.get(sid), task)
+        if msg is None or fam_of[sid] in gone:
+            continue
+        if d["action"] == "reject":
+            fq.setdefault(f"{fam_of[sid]}/{task}", d)
+        else:
+            refused.append(msg)
+    applied = {"questions_rejected": 0, "questions_edited": 0, "scenes_rejected": 0, "families_rejected": 0,
+               "family_questions_rejected": 0, "family_questions_edited": 0}
+    fq_done: dict[str, str] = {}
+    for c in CONFIGS:
+        kept = []
+        for r in rows.get(c, []):
+            fid = r.get("family_id")
+            if fid in gone:
+                continue
+            if r["scene_id"] in rejected_scenes:
+                applied["scenes_rejected"] += c == "scenes"
+                continue
+            if c in TASK_CONFIGS and fid:
+                d = fq.get(f"{fid}/{r['task']}")
+                if d and d["action"] == "reject":
+                    fq_done[f"{fid}/{r['task']}"] = "rejected"
+                    continue
+                if d and d["action"] == "edit":
+                    r = dict(r, **d["edit"])  # question and/or options; the row's answer stays
+                    fq_done[f"{fid}/{r['task']}"] = "edited"
+            elif c in TASK_CONFIGS:
+                d = final.get(("question", r["id"]))
+                if d and d["action"] == "reject":
+                    applied["questions_rejected"] += 1
+                    continue
+                if d and d["action"] == "edit":
+                    r = dict(r, **d["edit"])
+                    applied["questions_edited"] += 1
+            kept.append(r)
+        rows[c] = kept
+    applied["families_rejected"] = len(gone)
+    applied["scenes_rejected"] += sum(1 for s in rejected_scenes if fam_of.get(s) in gone)
+    for how in fq_done.values():
+        applied[f"family_questions_{how}"] += 1
+    return dict(review.counts(), applied=applied, conflicts=len(review.conflicts), bad_lines=len(review.bad_lines),
+                refused=refused)

@@ -1,0 +1,112 @@
+"""Crash-safe output files: every file is written to a temp name beside it and renamed into
+place (os.replace), so a killed run never leaves a truncated file under a final name; the
+temp files of killed runs are removed at the start of the next run in that folder; and
+readers (`table`, `push`) only see complete runs: a results JSON that parses, says it is
+complete, and whose sample logs are all there with the recorded SHA-256."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+TMP_MARK = ".tmp-"  # temp files are `.<final name>.tmp-<host>-<pid>`
+FOREIGN_TMP_AGE_S = 24 * 3600  # another machine's temp file (shared folder) is stale after a day
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w"):
+    """Open a temp file; on a clean exit it is flushed, synced and renamed to `path`."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():  # an exception inside: leave nothing behind
+            tmp.unlink()
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(root: str | Path) -> list[Path]:
+    """Remove temp files left by killed runs in `root` and its model folders; returns them.
+
+    A temp file of a live process (a concurrent run) is kept."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    removed = []
+    host = socket.gethostname()
+    for f in [*root.glob(f".*{TMP_MARK}*"), *root.glob(f"*/.*{TMP_MARK}*")]:
+        owner = f.name.rsplit(TMP_MARK, 1)[1]
+        h, _, pid = owner.rpartition("-")
+        if h == host and pid.isdigit():
+            stale = not _pid_alive(int(pid))
+        else:
+            stale = time.time() - f.stat().st_mtime > FOREIGN_TMP_AGE_S
+        if stale and f.is_file():
+            f.unlink(missing_ok=True)
+            removed.append(f)
+    return removed
+
+
+def file_record(path: Path) -> dict:
+    """{file, lines, sha256} of a written sample log, stored in the results JSON."""
+    blob = path.read_bytes()
+    return {"file": path.name, "lines": blob.count(b"\n"), "sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
+    """(document, its sample logs, None) for a complete run, else (None, [], why not)."""
+    try:
+        doc = json.loads(results_json.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return None, [], f"does not parse ({type(err).__name__}: {err})"
+    if not isinstance(doc, dict) or doc.get("complete") is not True:
+        return None, [], ("not marked complete (written by a killed run or an older harness: rerun the same "
+                          "command; cached outputs make it fast)")
+    logs = []
+    for task, rec in (doc.get("sample_logs") or {}).items():
+        p = results_json.parent / rec["file"]
+        if not p.is_file():
+            return None, [], f"sample log {rec['file']} is missing"
+        if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
+            return None, [], f"sample log {rec['file']} is not the one this run wrote (truncated or replaced)"
+        logs.append(p)
+    return doc, logs, None
+
+
+def complete_runs(output_path: str | Path) -> tuple[list[tuple[Path, dict, list[Path]]], list[tuple[Path, str]]]:
+    """Every complete run under an output folder (oldest first per model) and the skipped ones with why."""
+    runs, skipped = [], []
+    for f in sorted(Path(output_path).glob("*/results_*.json")):
+        doc, logs, why = check_run(f)
+        if why:
+            skipped.append((f, why))
+        else:
+            runs.append((f, doc, logs))
+    return runs, skipped
