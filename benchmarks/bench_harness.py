@@ -25,7 +25,8 @@ class Instant(Adapter):
 
 def _dataset() -> Path | None:
     d = ROOT / "casu_mini"
-    return d if (d / "contextual_reasoning").is_dir() else None
+    from casu_dataset.contract import mcq_configs
+    return d if (d / mcq_configs()[0]).is_dir() else None
 
 
 def run() -> dict:

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+# The random-weight configs and processors are test fixtures (tests/tiny_models.py), not package code.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 QWEN2_AUDIO_7B = {  # Qwen/Qwen2-Audio-7B-Instruct config.json
     "audio": dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20, encoder_ffn_dim=5120, num_mel_bins=128,
@@ -49,7 +53,8 @@ def _requests(n: int, seconds: float = 30.0):
     from harness.prompts import build_prompt
     from harness.task_config import load_tasks
     from model_adapters.base import Request
-    tmpl = load_tasks()["contextual_reasoning"].prompt_template
+    from casu_dataset.contract import mcq_tasks
+    tmpl = load_tasks()[mcq_tasks()[0]].prompt_template
     qs = [q for s in compile_library() for q in s.questions][:n]
     clips = sorted((bank_dir() / "audio").glob("ba__*.ogg"))[:n]  # background beds
     reqs = []
@@ -65,7 +70,9 @@ def _build(family: str, size: str, device: str):
     import transformers
     from transformers import WhisperFeatureExtractor
 
-    from model_adapters import make_adapter, tiny
+    import tiny_models as tiny  # tests/tiny_models.py: configs and processors of the test checkpoints
+
+    from model_adapters import get_adapter
     from model_adapters.audio_only import audio_only_processor
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     full = size == "full"
@@ -96,11 +103,9 @@ def _build(family: str, size: str, device: str):
             model = cls(cfg).eval()
     finally:
         torch.set_default_dtype(prev)
-    adapter = make_adapter(family, {"pretrained": f"random-{size}-{family}", "device": device})
-    # The weights exist only in memory (random, never saved): hand them to the adapter,
-    # which then runs its real processor -> generate -> decode path.
-    adapter._processor, adapter._model = proc, model
-    tok.padding_side = "left"
+    # The weights exist only in memory (random, never saved): the adapter wraps them and runs
+    # its real processor -> generate -> decode path.
+    adapter = get_adapter(family).from_loaded(model, proc, pretrained=f"random-{size}-{family}", device=device)
     n_params = sum(p.numel() for p in model.parameters())
     return adapter, n_params
 

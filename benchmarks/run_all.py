@@ -12,14 +12,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
+import bench_ann  # noqa: E402
 import bench_build  # noqa: E402
 import bench_harness  # noqa: E402
 import bench_mixer  # noqa: E402
+import bench_ray_build  # noqa: E402
 import bench_retrieval  # noqa: E402
 import bench_tts  # noqa: E402
 
 BENCHES = {"mixer_vs_scaper": bench_mixer.run, "retrieval": bench_retrieval.run, "tts": bench_tts.run,
-           "casu_mini_build": bench_build.run, "harness_overhead": bench_harness.run}
+           "casu_mini_build": bench_build.run, "harness_overhead": bench_harness.run,
+           "retrieval_index": bench_ann.run, "ray_build": bench_ray_build.run}
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ several machines where the PID means nothing here).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -28,16 +29,29 @@ def is_tmp(path: Path) -> bool:
     return _TMP_RE.match(Path(path).name) is not None
 
 
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", tmp: Path | None = None):
+    """Open a temp file (default `tmp_path(path)`); on a clean exit it is flushed, synced and
+    renamed to `path`; on an exception it is removed, leaving the old `path` as it was."""
+    path = Path(path)
+    tmp = tmp or tmp_path(path)
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically (temp file, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(path)
-    with open(tmp, "wb") as f:
+    with atomic_open(path, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -8,10 +8,55 @@ import sys
 import time
 from pathlib import Path
 
+from .contract import AGENT_DEFAULT_TASKS, mcq_configs
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 EXAMPLES = Path(__file__).parent / "scenarios" / "examples"
+EXIT_CODES = """exit codes:
+  0  success
+  1  the work failed: a build or merge failed, a composed scene was skipped, a push was refused,
+     regenerate --check found a different mixture, validity found a violation
+  2  bad input: a flag, a file or a folder (the message names which and why)"""
+
+
+def _error(msg) -> None:
+    """One error line on stderr, with any API key or token in it redacted."""
+    from .redact import redact
+    print(f"error: {redact(msg)}", file=sys.stderr)
+
+
+def _int_in(lo: int, hi: int | None = None):
+    """argparse type: an integer in [lo, hi] (argparse names the flag in its error)."""
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if hi is None else
+                                             f"must be in {lo}..{hi}, got {v}")
+        return v
+    return conv
+
+
+def _float_in(lo: float, hi: float, lo_open: bool = False):
+    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open)."""
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (v > lo if lo_open else v >= lo) or not v <= hi:  # NaN fails both
+            raise argparse.ArgumentTypeError(f"must be > {lo:g} and <= {hi:g}, got {text}" if lo_open else
+                                             f"must be in {lo:g}..{hi:g}, got {text}")
+        return v
+    return conv
+
+
+def _alphas(text: str) -> list[float]:
+    return [_float_in(0.0, 1.0)(a) for a in text.split(",") if a.strip()]
 
 
 def _scripts(paths: list[str]):
@@ -65,7 +110,14 @@ def cmd_regenerate(args) -> int:
     from .audio_io import load_audio
     from .bank import bank_dir
     from .mixer import regenerate
-    res = regenerate(args.annotation, search_dirs=[bank_dir() / "audio", *args.search])
+    try:
+        res = regenerate(args.annotation, search_dirs=[bank_dir() / "audio", *args.search])
+    except (ValueError, OSError) as err:  # unreadable, not an annotation, a missing or changed source
+        _error(err if str(args.annotation) in str(err) else f"{args.annotation}: {err}")
+        return 2
+    except (KeyError, TypeError, AttributeError) as err:  # valid JSON of the wrong shape
+        _error(f"{args.annotation}: not a CASU scene annotation ({type(err).__name__}: {err})")
+        return 2
     if args.out:
         d = res.write(args.out)
         print(f"regenerated {res.annotation['scene_id']} -> {d}")
@@ -93,7 +145,7 @@ def cmd_retrieval_eval(args) -> int:
     from .retrieval_eval import DEFAULT_QUERIES, evaluate, format_table, load_queries
     r = Retriever(Catalog.embedded(), Embedder(args.embedding_model), cache_dir=args.cache)
     queries = load_queries(args.queries or DEFAULT_QUERIES)
-    alphas = [float(a) for a in args.alphas.split(",")]
+    alphas = args.alphas
     print(f"{len(queries)} queries against {r.catalog.name} ({len(r.catalog)} clips), model {r.embedder.model_name}")
     print(format_table(evaluate(r, queries, alphas)))
     return 0
@@ -174,9 +226,18 @@ def _family_validity(args, src) -> int:
 
 
 def cmd_generate(args) -> int:
-    """Agent pipeline for new scenes: script agent -> narrator -> questions -> critic panel."""
+    """Agent pipeline: contrast families (--families N; casu_dataset/agents/README.md), or v1
+    scenes (--n): script agent -> narrator -> questions -> critic panel."""
+    if args.families is not None:
+        from .agents.family_cli import generate_main
+        return generate_main(args)
+    if not args.place:
+        print("error: --place is required without --families", file=sys.stderr)
+        return 2
+    args.place = args.place[0]
     from .agents.pipeline import run_pipeline
     from .catalog import Catalog
+    from .contract import cache_root
     from .llm.cache import CachedBackend, ResponseCache
     if args.backend == "local":
         from .llm.backends import LocalBackend
@@ -184,7 +245,7 @@ def cmd_generate(args) -> int:
     else:
         from .llm.backends import OpenAIBackend
         backend = OpenAIBackend(args.base_url, args.llm_model)
-    cache_dir = Path(args.cache) if args.cache else Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+    cache_dir = Path(args.cache) if args.cache else cache_root()
     backend = CachedBackend(backend, ResponseCache(cache_dir / "llm_responses.sqlite"))
     cat = Catalog.embedded()
     types = {k: sorted({c.type for c in cat.clips if c.kind == k}) for k in ("background", "event")}
@@ -205,9 +266,26 @@ def cmd_build(args) -> int:
     from .build import BuildError, build_dataset
     from .scenarios.families import DEFAULT_V2_DIR, compile_families, is_family_library
     from .scenarios.library import DEFAULT_DIR, LibraryError, compile_library, library_name
-    if args.max_skips is not None and args.max_skips < 0:
-        print(f"error: --max-skips {args.max_skips}: must be >= 0", file=sys.stderr)
+    if args.shard_index >= args.num_shards:
+        _error(f"--shard-index {args.shard_index}: must be in 0..{args.num_shards - 1} for --num-shards "
+               f"{args.num_shards}")
         return 2
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        _error(f"--out {args.out}: is a file, not a folder")
+        return 2
+    if args.executor != "ray" and (args.ray_address or args.ray_num_gpus is not None):
+        _error("--ray-address/--ray-num-gpus: need --executor ray")
+        return 2
+    if args.ray_num_gpus is not None and args.ray_num_gpus < 0:
+        _error(f"--ray-num-gpus {args.ray_num_gpus}: must be >= 0")
+        return 2
+    if args.executor == "ray":
+        try:
+            from .ray_executor import require_ray
+            require_ray()
+        except ImportError as err:
+            _error(str(err))
+            return 2
     lib = {None: DEFAULT_V2_DIR, "default": DEFAULT_V2_DIR, "v2": DEFAULT_V2_DIR,
            "v1": DEFAULT_DIR}.get(args.scenarios) or Path(args.scenarios)
     if not Path(lib).exists():
@@ -228,7 +306,9 @@ def cmd_build(args) -> int:
         rep = build_dataset(args.out, scenes, builder, seed=args.seed, cache_dir=args.cache, command=command,
                             num_shards=args.num_shards, shard_index=args.shard_index, num_proc=args.num_proc,
                             invalid=invalid, builder_spec=_spec(args), name=args.name or library_name(lib),
-                            max_skips=None if args.allow_skips else (args.max_skips or 0))
+                            max_skips=None if args.allow_skips else (args.max_skips or 0),
+                            executor=args.executor,
+                            ray_options={"address": args.ray_address, "num_gpus": args.ray_num_gpus})
     except BuildError as err:
         print(f"error: build failed: {err}", file=sys.stderr)
         return 1
@@ -238,16 +318,32 @@ def cmd_build(args) -> int:
         print("  per stage (this process): " + ", ".join(f"{k} {v:.1f} s" for k, v in builder.timings.items()))
     for s in rep.skipped:
         print(f"  skipped {s['scene_id']}: {s['reason']}")
-    print(f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, 'contextual_reasoning'))")
+    print(f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, {mcq_configs()[0]!r}))")
     return 0
 
 
 def cmd_merge(args) -> int:
     from .build import BuildError, merge_folders
+    for d in args.shards:  # each shard's report names its own problem (merge_folders reads them unchecked)
+        f = Path(d) / "build_report.json"
+        if not f.is_file():
+            continue  # merge_folders says "not a CASU build folder"
+        try:
+            rep = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            _error(f"merge failed: {f}: not a readable build report ({err})")
+            return 1
+        missing = [k for k in ("settings", "built", "skipped") if not isinstance(rep, dict) or k not in rep]
+        if missing:
+            _error(f"merge failed: {f}: not a CASU build report (no {', '.join(missing)})")
+            return 1
     try:
         rep = merge_folders(args.out, args.shards)
     except (BuildError, FileNotFoundError, ValueError) as err:
-        print(f"error: merge failed: {err}", file=sys.stderr)
+        _error(f"merge failed: {err}")
+        return 1
+    except (KeyError, TypeError, AttributeError) as err:  # a build_report.json of the wrong shape
+        _error(f"merge failed: a shard's build_report.json is not a CASU build report ({type(err).__name__}: {err})")
         return 1
     print(f"merged {len(args.shards)} shards: {len(rep.built)} scenes, {len(rep.skipped)} skipped -> {args.out}")
     return 0
@@ -258,7 +354,7 @@ def cmd_push(args) -> int:
     try:
         info = push(args.folder, args.repo, private=args.private)
     except Exception as err:  # auth and network errors: say what failed, never the token
-        print(f"error: push to {args.repo} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        _error(f"push of {args.folder} to {args.repo} failed: {type(err).__name__}: {err}")
         return 1
     print(f"pushed {args.folder} -> https://huggingface.co/datasets/{args.repo} ({getattr(info, 'oid', '')})")
     return 0
@@ -269,7 +365,7 @@ def cmd_review(args) -> int:
     try:
         srv, data = serve(args.dataset, args.host, args.port, args.reviewer)
     except (ReviewError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _error(err)
         return 2
     host, port = srv.server_address[:2]
     print(f"reviewing {args.dataset}: {len(data.scenes)} scenes; decisions go to {data.log.path}\n"
@@ -286,30 +382,49 @@ def cmd_timeline(args) -> int:
 
     from .audio_io import decode_bytes
     from .review.timeline import timeline_png
+    from .audio_io import AudioError
     try:
-        rows = pq.read_table(Path(args.dataset) / "scenes", columns=["scene_id", "audio", "annotation"]).to_pylist()
+        rows = pq.read_table(Path(args.dataset) / "scenes", columns=["scene_id", "audio", "annotation"], use_threads=False).to_pylist()
     except (OSError, ValueError) as err:
-        print(f"error: --dataset {args.dataset}: {err}", file=sys.stderr)
+        _error(f"--dataset {args.dataset}: {err}")
         return 2
     row = next((r for r in rows if r["scene_id"] == args.scene), None)
     if row is None:
-        print(f"error: --scene {args.scene!r} is not in {args.dataset}", file=sys.stderr)
+        _error(f"--scene {args.scene!r} is not in {args.dataset}")
         return 2
-    Path(args.out).write_bytes(timeline_png(decode_bytes(row["audio"]["bytes"]), json.loads(row["annotation"])))
+    try:
+        audio = decode_bytes((row["audio"] or {}).get("bytes") or b"", f"--scene {args.scene}: audio")
+        ann = json.loads(row["annotation"] or "")
+        png = timeline_png(audio, ann)
+    except AudioError as err:
+        _error(err)
+        return 2
+    except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError is a ValueError
+        _error(f"--scene {args.scene}: its annotation is not a CASU annotation ({type(err).__name__}: {err})")
+        return 2
+    try:
+        Path(args.out).write_bytes(png)
+    except OSError as err:
+        _error(f"--out {args.out}: cannot write it ({err.strerror or err})")
+        return 2
     print(f"wrote {args.out}")
     return 0
 
 
 def _common(p):
-    p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
+    from .script import MAX_SCENE_SECONDS
+    p.add_argument("--seed", type=_int_in(0), default=0, help="seed for every random choice (default 0)")
     p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
-    p.add_argument("--alpha", type=float, default=0.6, help="matching-score weight of the description (0..1)")
+    p.add_argument("--alpha", type=_float_in(0.0, 1.0), default=0.6,
+                   help="matching-score weight of the description (0..1)")
     p.add_argument("--embedding-model", default=None, help="sentence-transformers name or path (default MiniLM)")
-    p.add_argument("--duration", type=float, default=None, help="fixed scene length in s (default: fit, <= 30)")
+    p.add_argument("--duration", type=_float_in(0.0, MAX_SCENE_SECONDS, lo_open=True), default=None,
+                   help=f"fixed scene length in s (default: fit, <= {MAX_SCENE_SECONDS:g})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m casu_dataset", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m casu_dataset", description=__doc__, epilog=EXIT_CODES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("compose", help="build scenes from script files or folders")
     p.add_argument("scripts", nargs="+", help="scene script files (.yaml/.json) or folders")
@@ -329,12 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_demo)
     p = sub.add_parser("retrieval-eval", help="precision@1/@5 of retrieval on a query file")
     p.add_argument("--queries", default=None, help="TSV query file (default: the shipped 160 queries)")
-    p.add_argument("--alphas", default="0,0.25,0.5,0.6,0.75,1")
+    p.add_argument("--alphas", type=_alphas, default="0,0.25,0.5,0.6,0.75,1", help="comma list of alphas in 0..1")
     p.add_argument("--cache", default=None)
     p.add_argument("--embedding-model", default=None)
     p.set_defaults(fn=cmd_retrieval_eval)
     p = sub.add_parser("voices", help="per-voice WER table over the fixed sentence set")
-    p.add_argument("--sentences", type=int, default=0, help="use only the first N sentences")
+    p.add_argument("--sentences", type=_int_in(0), default=0, help="use only the first N sentences (0: all)")
     p.add_argument("--json", default=None, help="also write the table as JSON here")
     p.add_argument("--cache", default=None)
     p.set_defaults(fn=cmd_voices)
@@ -351,15 +466,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", default="default",
                    help="family or scenario folder/file; 'default' or 'v2': the CASU-mini v2 contrast families; "
                         "'v1': the old CASU-mini scenarios")
-    p.add_argument("--num-shards", type=int, default=1, help="split the build into N deterministic slices")
-    p.add_argument("--shard-index", type=int, default=0, help="which slice to build (0..N-1)")
-    p.add_argument("--num-proc", type=int, default=1, help="worker processes on this machine")
+    p.add_argument("--num-shards", type=_int_in(1), default=1, help="split the build into N deterministic slices")
+    p.add_argument("--shard-index", type=_int_in(0), default=0, help="which slice to build (0..N-1)")
+    p.add_argument("--num-proc", type=_int_in(1), default=1, help="worker processes on this machine")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this machine (--num-proc); ray: one Ray task per scene or family (pip install "
+                        "-e '.[ray]'); the output is byte-identical either way")
+    p.add_argument("--ray-address", default=None,
+                   help="a running Ray cluster (e.g. HEAD_IP:6379 or 'auto'); default: start a local one")
+    p.add_argument("--ray-num-gpus", type=float, default=None,
+                   help="GPUs per Ray task (fractions share a GPU); default: 1 when a voice uses a GPU TTS "
+                        "engine (kokoro, zonos), else 0")
     p.add_argument("--no-check-speech", action="store_true", help="skip the Whisper intelligibility check")
     p.add_argument("--record-command", action="store_true", help="write the exact command line into the card")
     p.add_argument("--name", default=None, help="dataset name for the card (default: CASU-mini for the shipped "
                                                   "library, else the scenario folder's or file's name)")
     p.add_argument("--allow-skips", action="store_true", help="write the dataset even when scenes were skipped")
-    p.add_argument("--max-skips", type=int, default=None,
+    p.add_argument("--max-skips", type=_int_in(0), default=None,
                    help="write the dataset when at most N scenes were skipped (default 0: any skip fails the build)")
     p.add_argument("--catalog", action="append", default=None,
                    help="sound catalog (repeatable, merged): embedded (default), a manifest.json, "
@@ -377,8 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_push)
     p = sub.add_parser("review", help="serve the human review page for a built dataset")
     p.add_argument("--dataset", required=True, help="a built dataset folder")
-    p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: this machine only)")
+    p.add_argument("--port", type=_int_in(0, 65535), default=8765, help="TCP port (0: any free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface to bind (default: this machine only; any other is warned about)")
     p.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"), help="default reviewer name")
     p.set_defaults(fn=cmd_review)
     p = sub.add_parser("timeline", help="write a scene's timeline picture (spectrogram + labelled spans) as PNG")
@@ -386,9 +510,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scene", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_timeline)
-    p = sub.add_parser("generate", help="LLM agent pipeline: scripts, descriptions and consensus-filtered questions")
-    p.add_argument("--place", required=True)
-    p.add_argument("--n", type=int, default=1, help="scenes to generate")
+    p = sub.add_parser("generate", help="LLM agent pipeline: contrast families (--families N) or v1 scenes, "
+                                        "checked by a critic panel")
+    p.add_argument("--families", type=int, default=None,
+                   help="write N contrast families (FAMILIES.md YAML at --out, votes in OUT.report.json)")
+    p.add_argument("--place", action="append", default=None,
+                   help="place of the scene (repeat for several; families: default a built-in list)")
+    p.add_argument("--shape", default="mixed", choices=["slot", "crossed", "mixed"], help="family shape (--families)")
+    p.add_argument("--tasks", default=",".join(AGENT_DEFAULT_TASKS),
+                   help="comma-separated tasks, one question each per family (--families)")
+    p.add_argument("--n", type=int, default=1, help="v1 scenes to generate (without --families)")
     p.add_argument("--speech-type", default="mixed", choices=["monologue", "conversation", "mixed"])
     p.add_argument("--backend", default="local", choices=["local", "openai"],
                    help="local: a transformers model (default SmolLM2-135M); openai: any OpenAI-compatible server")
@@ -398,8 +529,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--m", type=int, default=2, help="critics that must agree with the proposed key")
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="JSON file for scripts, descriptions, kept/rejected questions and votes")
-    p.add_argument("--cache", default=None)
+    p.add_argument("--critic-llm-model", action="append", default=None,
+                   help="critic model(s), comma-separated or repeated; seat j uses model j mod count "
+                        "(default: the writer's model)")
+    p.add_argument("--critic-base-url", default=None, help="OpenAI-compatible base URL of the critics (default --base-url)")
+    p.add_argument("--critic-temperature", type=float, default=0.7,
+                   help="critics sample, so seats that share a model vote independently")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight per server (--families)")
+    p.add_argument("--max-tokens", type=int, default=None, help="cap on every reply's tokens (default: per agent)")
+    p.add_argument("--retrieval", action=argparse.BooleanOptionalAction, default=True,
+                   help="check that each fill retrieves its bank type (--families)")
+    p.add_argument("--out", required=True, help="families: YAML file (+ OUT.report.json); v1: JSON file of scenes, "
+                                                "kept/rejected questions and votes")
+    p.add_argument("--cache", default=None, help="folder of the LLM response cache (resume after a kill)")
     p.set_defaults(fn=cmd_generate)
     args = ap.parse_args(argv)
     return args.fn(args)

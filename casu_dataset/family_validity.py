@@ -147,7 +147,7 @@ def check_built(folder: str | Path) -> tuple[list[Violation], dict]:
     cols = ["scene_id", "family_id", "speech_group", "fill_group", "speech", "background", "events"]
     rows = []
     for f in files:
-        t = pq.read_table(str(f))
+        t = pq.read_table(str(f), use_threads=False)
         missing = [c for c in cols if c not in t.column_names]
         if missing:
             return [_v("-", f"{f}", f"columns {missing} missing: built without contrast families")], {}

@@ -7,9 +7,7 @@ as scaper does from its JAMS file. Both share `_render`, so they cannot drift ap
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,13 +15,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__
+from .contract import ANNOTATION_FORMAT, ANNOTATION_VERSION, cache_root, derive_rng
 from .audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
 from .loudness import db_to_gain, gated_lufs, kweight
 from .script import SceneScript
 from .timeline import Timeline, TimingConfig, resolve
 
-ANNOTATION_FORMAT = "casu.scene-annotation"
-ANNOTATION_VERSION = 1
 LAYERS = ("background", "speech", "events")
 
 
@@ -136,8 +133,7 @@ class MixResult:
 def scene_rng(seed: int, scene_id: str) -> np.random.Generator:
     # One independent stream per (seed, scene): a scene's draws do not depend on which
     # other scenes are in the batch or in what order they are built.
-    h = int.from_bytes(hashlib.sha256(scene_id.encode()).digest()[:8], "little")
-    return np.random.default_rng([int(seed), h])
+    return derive_rng(seed, scene_id)
 
 
 def _equal_power_loop(x: np.ndarray, n: int, xf: int) -> np.ndarray:
@@ -405,7 +401,7 @@ def _resolve_path(path: str, search_dirs: list[Path]) -> str:
         from .bank import bank_dir
         token, _, rest = path.partition("}/")
         roots = {"{bank": bank_dir(),
-                 "{speech_cache": Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu")) / "speech"}
+                 "{speech_cache": cache_root() / "speech"}
         if token in roots and (roots[token] / rest).is_file():
             return str(roots[token] / rest)
         path = rest  # fall through: look for the file name in the search folders

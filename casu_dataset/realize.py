@@ -2,12 +2,12 @@
 compose. Every choice is drawn from (seed, scene id) and written to the annotation."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .contract import derive_rng
 from .mixer import ClipCache, MixConfig, MixResult, SceneSources, SourceRef, compose
 from .retrieval import Retriever
 from .script import SceneScript
@@ -38,8 +38,7 @@ class SceneBuilder:
         key = rng_key or script.id
 
         def rng_for(layer: str) -> np.random.Generator:
-            h = int(hashlib.sha256(f"{key}/{layer}".encode()).hexdigest()[:8], 16)
-            return np.random.default_rng([int(seed), h, 0x5EED])
+            return derive_rng(seed, f"{key}/{layer}", 0x5EED, nbytes=4, byteorder="big")
         bed = self.retriever.choose(script.background.description, script.background.keywords, rng_for("background"),
                                     tie_margin=self.tie_margin, min_score=self.min_score, kind="background",
                                     min_duration=script.max_duration, allow_loop=True)

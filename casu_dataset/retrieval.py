@@ -24,6 +24,11 @@ score does not depend on the summation order either. The rounding moves a score 
 
 Retrieval skips clips the catalog rejects: a lazily validated catalog checks each candidate
 when it first reaches the top k, and the search repeats without it if it is unusable.
+
+Big catalogs (>= ann_index.ANN_THRESHOLD clips, `index="auto"`; or `index="ann"`) search a faiss
+IVF index that proposes candidates, which are then re-scored exactly; `index="exact"` (and any
+catalog below the threshold) scores every clip. Both rank by (score desc, clip index asc), so the
+two agree whenever the exact top k are among the proposals (see ann_index.py).
 """
 from __future__ import annotations
 
@@ -122,9 +127,13 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return quantize(x / np.maximum(n, 1e-12))
 
 
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    return Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+
+
 def catalog_embeddings(catalog: Catalog, embedder: Embedder, cache_dir: str | Path | None = None):
     """(desc, kw) embeddings for every clip, from the disk cache when model and catalog match."""
-    cache_dir = Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu")) / "embeddings"
+    cache_dir = cache_root(cache_dir) / "embeddings"
     key = hashlib.sha256(f"{embedder.model_name}|{EMBED_VERSION}|{catalog.fingerprint()}".encode()).hexdigest()[:24]
     path = cache_dir / f"{catalog.name.replace('/', '_')}-{key}.npz"
     if path.is_file():
@@ -154,19 +163,38 @@ class Match:
     kw_sim: float
 
 
+INDEX_MODES = ("auto", "exact", "ann")
+
+
 class Retriever:
     def __init__(self, catalog: Catalog, embedder: Embedder | None = None, alpha: float = DEFAULT_ALPHA,
-                 cache_dir: str | Path | None = None, embeddings: tuple[np.ndarray, np.ndarray] | None = None):
+                 cache_dir: str | Path | None = None, embeddings: tuple[np.ndarray, np.ndarray] | None = None,
+                 index: str = "auto", ann_params=None):
+        """`index`: "exact" scores every clip; "ann" searches a faiss index (re-ranked exactly);
+        "auto" uses the index from ann_index.ANN_THRESHOLD clips up when faiss is installed."""
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"retrieval: alpha must be in [0, 1], got {alpha}")
+        if index not in INDEX_MODES:
+            raise ValueError(f"retrieval: index {index!r}: expected one of {', '.join(INDEX_MODES)}")
         self.catalog = catalog
         self.embedder = embedder or Embedder()
         self.alpha = alpha
+        self._cache_dir = cache_dir
         d, k = embeddings if embeddings is not None else catalog_embeddings(catalog, self.embedder, cache_dir)
-        d, k = quantize(d), quantize(k)  # a no-op for our own embeddings; exact scores for any others
-        self.desc, self.kw = d, k
-        # [cd | ck] in one contiguous matrix; `_scores` multiplies each half by its query half.
-        self.joint = np.ascontiguousarray(np.concatenate([d, k], axis=1))
+        # [cd | ck] in one contiguous matrix, quantized in place (a no-op for our own embeddings;
+        # exact scores for any others); desc and kw are views of its halves, not copies.
+        dim = d.shape[1]
+        self.joint = np.empty((len(d), dim + k.shape[1]), dtype=np.float32)
+        for s in range(0, len(d), 65536):
+            self.joint[s:s + 65536, :dim] = quantize(d[s:s + 65536])
+            self.joint[s:s + 65536, dim:] = quantize(k[s:s + 65536])
+        self.desc, self.kw = self.joint[:, :dim], self.joint[:, dim:]
+        # What the vectors are a function of (keys the index cache): the catalog and model, or their bytes.
+        self.content_key = (f"catalog|{self.embedder.model_name}|{EMBED_VERSION}|{catalog.fingerprint()}"
+                            if embeddings is None else f"vectors|{dim}|" + _digest(self.joint))
+        self.index_mode = index
+        self._ann_params = ann_params
+        self._ann = None
         self.kinds = np.array([c.kind for c in catalog.clips])
         self.durations = np.array([catalog.duration_of(c) for c in catalog.clips], dtype=np.float32)
         self.ids = np.array([c.id for c in catalog.clips])
@@ -190,6 +218,40 @@ class Retriever:
         sk = torch.from_numpy(quantize(qk)) @ joint[:, dim:].T
         return sd * np.float32(a) + sk * np.float32(1.0 - a)
 
+    # --- the approximate index ------------------------------------------------------------
+    def uses_ann(self) -> bool:
+        """Whether searches go through the faiss index (built or loaded on first use)."""
+        from . import ann_index
+        if self.index_mode == "exact":
+            return False
+        if self.index_mode == "auto":
+            if len(self.catalog) < ann_index.ANN_THRESHOLD:
+                return False
+            try:
+                ann_index.require_faiss()
+            except ann_index.AnnUnavailable as err:
+                _warn_once(f"{err}; searching {len(self.catalog)} clips exactly")
+                return False
+        return True
+
+    @property
+    def ann(self):
+        """The faiss index (None on the exact path), from the disk cache when content and params match."""
+        if self._ann is None and self.uses_ann():
+            from .ann_index import AnnIndex, AnnParams
+            self._ann = AnnIndex.load_or_build(self.joint, self.kinds, self.content_key,
+                                               self._ann_params or AnnParams(), cache_root(self._cache_dir),
+                                               self.catalog.name)
+        return self._ann
+
+    def index_settings(self) -> dict | None:
+        """What decides the candidate lists beyond the catalog and model (None: exact search)."""
+        if not self.uses_ann():
+            return None
+        from dataclasses import asdict
+        from .ann_index import AnnParams
+        return {"index": "ivf-per-kind", **asdict(self._ann_params or AnnParams())}
+
     def mask(self, kind: str | None = None, min_duration: float | None = None, allow_loop: bool = True,
              exclude: set[str] | frozenset = frozenset()) -> np.ndarray:
         m = self.usable.copy()
@@ -207,10 +269,15 @@ class Retriever:
 
     def topk_batch(self, qd: np.ndarray, qk: np.ndarray, k: int = 5, mask: np.ndarray | None = None,
                    alpha: float | None = None, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
-        """Indices and scores of the k best candidates per query (chunked to bound memory)."""
-        import torch
+        """Indices and scores of the k best candidates per query, ranked by (score desc, index asc)."""
         a = self.alpha if alpha is None else alpha
         k = min(k, len(self.catalog))
+        if self.ann is not None:
+            return self._ann_topk(qd, qk, k, mask, a, chunk)
+        return self._exact_topk(qd, qk, k, mask, a, chunk)
+
+    def _exact_topk(self, qd, qk, k, mask, a, chunk=256):
+        import torch
         idx_out = np.empty((qd.shape[0], k), dtype=np.int64)
         val_out = np.empty((qd.shape[0], k), dtype=np.float32)
         neg = None if mask is None else torch.from_numpy(np.where(mask, 0.0, -np.inf).astype(np.float32))
@@ -219,7 +286,43 @@ class Retriever:
             if neg is not None:
                 sc += neg
             v, i = torch.topk(sc, k, dim=1)
-            idx_out[s:s + chunk], val_out[s:s + chunk] = i.numpy(), v.numpy()
+            i, v = _canonical(i.numpy(), v.numpy())
+            # topk picks any of the clips tied with the k-th score; the lowest indices are the canonical ones.
+            # (Rows whose k-th score is -inf have fewer than k eligible clips: nothing to break.)
+            over = np.flatnonzero(((sc >= torch.from_numpy(v[:, -1:])).sum(dim=1).numpy() > k)
+                                  & np.isfinite(v[:, -1]))
+            for j in over:
+                row = sc[j].numpy()
+                tied = np.flatnonzero(row >= v[j, -1])
+                ti, tv = _canonical(tied[None], row[tied][None])
+                i[j], v[j] = ti[0, :k], tv[0, :k]
+            idx_out[s:s + chunk], val_out[s:s + chunk] = i, v
+        return idx_out, val_out
+
+    def _ann_topk(self, qd, qk, k, mask, a, chunk=256):
+        """Proposals from the index, re-scored exactly; a query left with fewer than k eligible
+        proposals (a very selective mask) is searched exactly."""
+        qd, qk = quantize(qd), quantize(qk)
+        fa, fb = np.float32(a), np.float32(1.0 - a)
+        r = max(self.ann.params.rerank, k)
+        idx_out = np.empty((qd.shape[0], k), dtype=np.int64)
+        val_out = np.empty((qd.shape[0], k), dtype=np.float32)
+        short = []
+        for s in range(0, qd.shape[0], chunk):
+            d, kk = qd[s:s + chunk], qk[s:s + chunk]
+            cand = self.ann.propose(np.concatenate([d * fa, kk * fb], axis=1), r, mask)
+            valid = cand >= 0
+            c = np.where(valid, cand, 0)
+            # The products are exact on the grid (see the module doc), so these are the exact path's bytes.
+            sd = np.einsum("qd,qrd->qr", d, self.desc[c])
+            sk = np.einsum("qd,qrd->qr", kk, self.kw[c])
+            sc = np.where(valid, sd * fa + sk * fb, np.float32(-np.inf)).astype(np.float32)
+            i, v = _canonical(c, sc)
+            idx_out[s:s + chunk], val_out[s:s + chunk] = i[:, :k], v[:, :k]
+            short += [s + j for j in np.flatnonzero(valid.sum(1) < k)]
+        if short:
+            ei, ev = self._exact_topk(qd[short], qk[short], k, mask, a, chunk)
+            idx_out[short], val_out[short] = ei, ev
         return idx_out, val_out
 
     def search(self, description: str, keywords: list[str], k: int = 5, **constraints) -> list[Match]:
@@ -267,3 +370,28 @@ class Retriever:
                                  f"({ranked[0].clip.id})")
         ties = [m for m in ranked if m.score >= best - tie_margin]
         return ties[int(rng.integers(len(ties)))]
+
+
+def _canonical(idx: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ordered by (score desc, clip index asc): equal scores rank the same on either path."""
+    order = np.lexsort((idx, -val), axis=-1)
+    return np.take_along_axis(idx, order, -1), np.take_along_axis(val, order, -1)
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()[:24]
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        import warnings
+        warnings.warn(msg, stacklevel=3)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .contract import cache_root
 from .audio_io import SAMPLE_RATE, AudioError, file_sha256, read_audio, resample
 from .loudness import SILENCE_LUFS, measure_lufs
 
@@ -105,7 +106,7 @@ class CheckCache:
     """Source measurements on disk: {sha256: measurement} plus a {path: [size, mtime_ns, sha256]} memo."""
 
     def __init__(self, cache_dir: str | Path | None, scope: str, sr: int = SAMPLE_RATE):
-        root = Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+        root = Path(cache_dir or cache_root())
         key = hashlib.sha256(f"{scope}|{sr}|{MEASURE_VERSION}".encode()).hexdigest()[:20]
         self.path = root / "source_checks" / f"{key}.json"
         self.sr = sr

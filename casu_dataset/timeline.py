@@ -90,7 +90,11 @@ def resolve(script: SceneScript, turn_durs: list[float], event_durs: list[float]
             a = e.anchor
             if isinstance(a, DuringTurn) and a.turn == i:
                 off = a.offset
-                if off > 0.9 * d:
+                if off >= d:  # it would start after the turn ends: not "during" it; moving it would hide that
+                    raise TimelineError(f"scene {script.id}: events[{j}] ({e.id}): during_turn offset {a.offset:g} s "
+                                        f"is past the end of turn {i}, which lasts {d:.2f} s; use an offset below "
+                                        f"{d:.2f} s or anchor it after_turn {i}")
+                if off > 0.9 * d:  # the last tenth of the turn: kept inside it, and noted
                     off = 0.9 * d
                     notes.append(f"events[{j}]: offset {a.offset} s past turn {i}'s {d:.2f} s; moved to {off:.2f} s")
                 ev_spans[j] = Span(t + off, t + off + event_durs[j])

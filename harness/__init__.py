@@ -1,1 +1,11 @@
-"""CASU evaluation harness."""
+"""CASU evaluation harness. Python entry point: `harness.simple_evaluate(...) -> harness.Results`."""
+
+
+def __getattr__(name):  # lazy: `import harness` stays cheap for `python -m harness list`
+    if name in ("simple_evaluate", "Results", "UsageError"):
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+__all__ = ["simple_evaluate", "Results", "UsageError"]

@@ -5,26 +5,93 @@ import argparse
 import os
 import sys
 
-EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_SAMPLE_ERRORS = 0, 2, 3, 4
+EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_SAMPLE_ERRORS, EXIT_HUB = 0, 2, 3, 4, 5
+EXIT_CODES = """exit codes:
+  0  success
+  2  bad input: a flag, a --model_args value, a task YAML, the dataset, --cache or --output_path
+     (the message names which and why); checked before any model loads
+  3  the model cannot be loaded or run (unknown --model, missing weights, arguments the adapter refuses)
+  4  the run finished but some samples failed (listed in the results; the first is printed)
+  5  push / pr-eval-results: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or
+     refused the upload (token, permissions, missing repo); one line says which"""
+
+
+def _error(msg) -> None:
+    """One error line on stderr, with any API key or token in it redacted."""
+    from casu_dataset.redact import redact
+    print(f"error: {redact(msg)}", file=sys.stderr)
+
+
+def _int_at_least(lo: int):
+    """argparse type: an integer >= lo (argparse names the flag in its error)."""
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    return conv
+
+
+def _limit(text: str):
+    from .flags import parse_limit
+    try:
+        return parse_limit(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--limit ")) from None
+
+
+def _batch_size(text: str):
+    return "auto" if text == "auto" else _int_at_least(1)(text)
+
+
+def _set_verbosity(level: str) -> None:
+    import logging
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
+        logging.getLogger(name).setLevel(level)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+from .flags import AUTO_CPU_BATCH, AUTO_CUDA_START  # noqa: E402 - the help text names them
 
 
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness",
         description="Evaluate an audio language model on CASU tasks. Subcommands: list, validate, table, "
-                    "push (`python -m harness list`).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True, help="adapter name (see `python -m harness list`)")
+                    "push, pr-eval-results (`python -m harness list`).",
+        epilog=EXIT_CODES, formatter_class=_HelpFormatter)
+    p.add_argument("--model", default=None, help="adapter name (see `python -m harness list`); required")
     p.add_argument("--model_args", default="", help="k=v,k2=v2 passed to the adapter, e.g. pretrained=PATH,dtype=bfloat16")
-    p.add_argument("--tasks", default="all", help="all, a tag (casu), or a comma list of task names")
-    p.add_argument("--include_path", action="append", default=None, help="extra folder of task YAMLs (repeatable)")
+    p.add_argument("--tasks", default="all", help="all, a tag (casu), or a comma list of task names; 'list' prints "
+                                                  "the tasks and exits")
+    p.add_argument("--include_path", action="append", default=None,
+                   help="extra folder of task YAMLs, added to the built-in tasks (repeatable)")
     p.add_argument("--dataset", default="casu_mini", help="a built dataset folder or a Hub dataset repo id")
-    p.add_argument("--batch_size", type=int, default=1, help="requests per model call (results do not depend on it)")
-    p.add_argument("--limit", type=int, default=None,
-                   help="first N samples per task (whole contrast families only, at least one); for quick checks or a documented subset")
+    p.add_argument("--batch_size", type=_batch_size, default=1,
+                   help="requests per model call, or 'auto': the largest that fits (CUDA: starts at "
+                        f"{AUTO_CUDA_START} and halves on out-of-memory; CPU/API: {AUTO_CPU_BATCH}); results do not "
+                        "depend on it")
+    p.add_argument("--limit", type=_limit, default=None,
+                   help="first N samples per task, or a fraction in (0, 1) of each task (whole contrast families "
+                        "only, at least one); for quick checks only: the run is marked limited and cannot be pushed")
+    p.add_argument("--gen_kwargs", default="", help="k=v,... merged over each task's generation settings "
+                                                    "(max_new_tokens, do_sample, temperature)")
+    p.add_argument("--hf_hub_log_args", default="",
+                   help="lm-eval's k=v,... for the Hub: hub_results_org, results_repo_name, public_repo, ... "
+                        "(recorded with the results; `push` uses them when --repo / --public are not given)")
+    p.add_argument("--verbosity", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="WARNING",
+                   help="log level of the harness and the libraries it calls")
     p.add_argument("--output_path", default="results", help="folder for results JSON, sample logs, tables, plots")
     p.add_argument("--log_samples", action="store_true", help="write every sample's prompt, output and score as JSONL")
-    p.add_argument("--seed", type=int, default=0, help="seeds masking noise, bootstrap and random baselines")
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="seeds masking noise, bootstrap and random baselines")
     p.add_argument("--conditions", default="full",
                    help="layer conditions: full, all (the 8 subsets of table 2) or names such as PEB,P__,_E_")
     p.add_argument("--scene_hint", action="store_true", help='prepend "This audio is recorded in a [place]." (table 3)')
@@ -40,123 +107,92 @@ def _run_parser() -> argparse.ArgumentParser:
                                                  "to disable")
     p.add_argument("--no_probe", action="store_true", help="skip the audio sanity probe")
     p.add_argument("--device", default=None, help="device for the adapter (cpu, cuda, cuda:1); adds device=... to "
-                                                  "--model_args")
+                                                  "--model_args; a GPU that is not there is exit 2 before "
+                                                  "anything loads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 
-def _judge(name):
-    if not name:
-        return None
-    from casu_dataset.llm.backends import LocalBackend, OpenAIBackend
-    if name == "local":
-        return LocalBackend()
-    if name == "openai":
-        return OpenAIBackend()
-    raise SystemExit(f"--judge {name!r}: use 'local' or 'openai'")
-
-
 def cmd_run(argv: list[str]) -> int:
-    args = _run_parser().parse_args(argv)
-    from casu_dataset.llm.cache import ResponseCache
-    from model_adapters.base import AdapterError, parse_model_args
-    from model_adapters.registry import make_adapter
+    """Parse the flags, call `harness.simple_evaluate`, map its errors to exit codes, print the table."""
+    parser = _run_parser()
+    args = parser.parse_args(argv)
+    if args.tasks == "list":  # lm-eval's `--tasks list`
+        return _print_tasks(args.include_path)
+    if not args.model:
+        parser.error("the following arguments are required: --model")
+    _set_verbosity(args.verbosity)
+    from model_adapters.base import AdapterError, ModelArgsError
 
-    from .conditions import parse_conditions
-    from .data import CasuData, DatasetError
-    from .evaluate import EvalOptions, evaluate
-    from .metrics import JudgeEventMatcher
-    from .parsing import LLMJudge
-    from .results import document, table1, write_outputs
-    from .runner import distributed_state
-    from .task_config import TaskConfigError, load_tasks, select_tasks
-    try:
-        tasks = select_tasks(args.tasks, load_tasks(args.include_path))  # checked before any model loads
-        conditions = parse_conditions(args.conditions)
-        model_args = parse_model_args(args.model_args)
-    except (TaskConfigError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.batch_size < 1:
-        print("error: --batch_size must be >= 1", file=sys.stderr)
-        return EXIT_USAGE
-    if args.device:
-        model_args["device"] = args.device
-    from .data import is_local
-    if is_local(args.dataset) and not os.path.isdir(os.path.expanduser(args.dataset)):
-        print(f"error: --dataset {args.dataset}: no such folder (build one with `python -m casu_dataset build "
-              f"--out {args.dataset}`, or give a Hub repo id ORG/NAME)", file=sys.stderr)
-        return EXIT_USAGE
-    data = CasuData(args.dataset, seed=args.seed)
-    try:  # the data each task reads is checked before any model loads
-        for t in tasks:
-            data.check(t)
-    except DatasetError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        adapter = make_adapter(args.model, model_args)
-    except (AdapterError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_MODEL
-    backend = _judge(args.judge)
-    os.makedirs(args.output_path, exist_ok=True)
-    from .outputs import clean_stale
-    for f in clean_stale(args.output_path):
-        print(f"removed {f} (left by a killed run)", file=sys.stderr)
-    cache = None if args.cache == "off" else ResponseCache(args.cache or os.path.join(args.output_path, "cache.sqlite"))
-    opts = EvalOptions(conditions=conditions, batch_size=args.batch_size, limit=args.limit, scene_hint=args.scene_hint,
-                       scoring=args.scoring, circular=args.circular, seed=args.seed, probe=not args.no_probe,
-                       judge=LLMJudge(backend) if backend else None,
-                       event_matcher=JudgeEventMatcher(backend) if backend else None,
-                       bert_model=args.bert_model, progress=not args.quiet)
+    from .api import UsageError, simple_evaluate
+    from .data import DatasetError
+    from .task_config import TaskConfigError
     if args.quiet:
         import datasets
         datasets.disable_progress_bars()
     try:
-        ev = evaluate(adapter, tasks, data, opts, cache)
-    except AdapterError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_MODEL
-    except DatasetError as err:
-        print(f"error: {err}", file=sys.stderr)
+        res = simple_evaluate(
+            args.model, args.model_args, tasks=args.tasks, dataset=args.dataset, conditions=args.conditions,
+            limit=args.limit, output_path=args.output_path, log_samples=args.log_samples,
+            include_path=args.include_path, batch_size=args.batch_size, seed=args.seed, scene_hint=args.scene_hint,
+            scoring=args.scoring, circular=args.circular, judge=args.judge, bert_model=args.bert_model,
+            cache=args.cache, probe=not args.no_probe, device=args.device, progress=not args.quiet,
+            on_cleaned=lambda f: print(f"removed {f} (left by a killed run)", file=sys.stderr),
+            gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args)
+    except ModelArgsError as err:  # an AdapterError too, but a usage error: checked before loading
+        _error(err)
         return EXIT_USAGE
-    dist = distributed_state()
-    if dist is not None and not dist.is_main_process:
-        return EXIT_OK if not ev["errors"] else EXIT_SAMPLE_ERRORS
-    model = {"name": args.model, "args": model_args, "info": adapter.info(), "fingerprint": adapter.fingerprint}
-    config = {"tasks": [t.task for t in tasks], "task_versions": {t.task: t.version for t in tasks},
-              "conditions": [c.name for c in conditions], "scene_hint": args.scene_hint, "scoring": args.scoring,
-              "circular": args.circular, "batch_size": args.batch_size, "limit": args.limit, "seed": args.seed,
-              "judge": backend.fingerprint if backend else None,
-              "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
-    doc = document(ev, model, config, {"path": args.dataset})
-    path = write_outputs(doc, ev["samples"] if args.log_samples else None, args.output_path)
-    probe = ev["audio_probe"]
-    if probe.get("status") == "unchanged":
+    except AdapterError as err:
+        _error(err)
+        return EXIT_MODEL
+    except (UsageError, TaskConfigError, DatasetError) as err:
+        _error(err)
+        return EXIT_USAGE
+    doc = res.document
+    if not res.main_process:
+        return EXIT_OK if not doc["errors"] else EXIT_SAMPLE_ERRORS
+    if doc["audio_probe"].get("status") == "unchanged":
         print("\n" + "!" * 78 + "\nWARNING: the audio probe got the same outputs with real, silent and swapped audio.\n"
               "The audio is probably NOT reaching the model (check the adapter and its processor).\n" + "!" * 78,
               file=sys.stderr)
-    print(table1(doc))
-    t = ev["timing"]
-    print(f"\nresults: {path}  ({t['units']} requests, {t['cache_hits']} from cache, model {t['model_s']:.1f} s, "
+    if args.limit is not None:
+        print("\n" + "!" * 78 + f"\nWARNING: --limit {args.limit}: a SUBSET of each task was evaluated. These numbers are "
+              "for quick checks,\nnot for reporting (n and 95% CIs are in the table; `push` refuses this run).\n"
+              + "!" * 78, file=sys.stderr)
+    print(res.table())
+    t = doc["timing"]
+    print(f"\nresults: {res.path}  ({t['units']} requests, {t['cache_hits']} from cache, model {t['model_s']:.1f} s, "
           f"harness overhead {t['overhead_ms_per_unit']:.2f} ms/request)")
-    n = ev["evaluated"]
+    n = doc["evaluated"]
     rows = sum(c["rows"] for c in n["per_task"].values())
     cut = f" (--limit: {n['samples']} of {rows} rows)" if n["samples"] != rows else ""
     print(f"evaluated {n['requests']} requests over {n['samples']} samples from {args.dataset} "
-          f"(fingerprint {ev['dataset_fingerprint']}){cut}")
-    if ev["errors"]:
-        print(f"{len(ev['errors'])} sample(s) failed; first: {ev['errors'][0]['id']}: {ev['errors'][0]['error']}",
-              file=sys.stderr)
+          f"(fingerprint {doc['dataset']['fingerprint']}){cut}")
+    if doc["errors"]:
+        from casu_dataset.redact import redact
+        print(redact(f"{len(doc['errors'])} sample(s) failed; first: {doc['errors'][0]['id']}: "
+                     f"{doc['errors'][0]['error']}"), file=sys.stderr)
         return EXIT_SAMPLE_ERRORS
+    return EXIT_OK
+
+
+def _print_tasks(include_path=None) -> int:
+    from .task_config import TaskConfigError, load_tasks, with_builtins
+    try:
+        tasks = load_tasks(with_builtins(include_path))
+    except TaskConfigError as err:
+        _error(err)
+        return EXIT_USAGE
+    print("tasks:")
+    for name, t in tasks.items():
+        print(f"  {name:28s} v{t.version}  {t.output_type:16s} {t.description}")
     return EXIT_OK
 
 
 def cmd_list(argv: list[str]) -> int:
     from model_adapters.registry import adapter_names, describe
 
-    from .conditions import ALL
+    from .conditions import ALL, FULL
     from .task_config import load_tasks
     tasks = load_tasks()
     print("tasks:")
@@ -166,7 +202,7 @@ def cmd_list(argv: list[str]) -> int:
     for n in adapter_names():
         print(f"  {n:28s} {describe(n)}")
     print("conditions (P speech, E events, B background; _ = replaced by loudness-matched noise):")
-    print("  " + "  ".join(c.name for c in ALL) + "   (full = PEB, all = the eight)")
+    print("  " + "  ".join(c.name for c in ALL) + f"   (full = {FULL.name}, all = the eight)")
     return EXIT_OK
 
 
@@ -201,25 +237,86 @@ def cmd_validate(argv: list[str]) -> int:
     return EXIT_USAGE if bad else EXIT_OK
 
 
+def _hub_call(fn, *args, **kw):
+    """(result, exit code): bad input -> 2, the Hub unreachable or refusing -> 5, one line each."""
+    from casu_dataset.hub import HubUploadError
+
+    from .push import PushError
+    try:
+        return fn(*args, **kw), EXIT_OK
+    except HubUploadError as err:
+        _error(err)
+        return None, EXIT_HUB
+    except PushError as err:
+        _error(err)
+        return None, EXIT_USAGE
+
+
 def cmd_push(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness push", description="publish results to a Hub dataset")
-    p.add_argument("--repo", required=True, help="results dataset ORG/NAME")
+    p = argparse.ArgumentParser(
+        prog="python -m harness push", formatter_class=_HelpFormatter, epilog=EXIT_CODES,
+        description="Push one checkpoint's latest full run (never a --limit run) to a Hub results dataset, "
+                    "private unless --public, with a results card (README.md with table 1).")
+    p.add_argument("--repo", default=None, help="results dataset ORG/NAME (default: from the run's "
+                                                "--hf_hub_log_args hub_results_org / results_repo_name)")
     p.add_argument("--output_path", default="results", help="folder the evaluation wrote")
-    p.add_argument("--dataset_id", default="casu/casu", help="the benchmark's Hub dataset id for .eval_results")
+    p.add_argument("--checkpoint", default=None, help="which checkpoint (its results folder name, the pretrained "
+                                                      "id or the adapter name) when the folder holds several")
+    p.add_argument("--dataset_id", default=None, help="the benchmark's Hub dataset id, to also print the model-card "
+                                                      ".eval_results/casu.yaml entries")
+    p.add_argument("--public", action="store_true", help="create the results repo public (default: private, or "
+                                                         "the run's --hf_hub_log_args public_repo)")
     p.add_argument("--dry_run", action="store_true", help="print the operations without uploading")
     a = p.parse_args(argv)
-    from .push import PushError, push
-    try:
-        out = push(a.output_path, a.repo, a.dataset_id, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run)
-    except PushError as err:
-        print(f"error: {err}", file=sys.stderr)
+    from .push import push, select_run
+    from .flags import results_repo
+    repo, public = a.repo, a.public
+    if repo is None or not public:
+        run, rc = _hub_call(select_run, a.output_path, a.checkpoint)
+        if rc:
+            return rc
+        log_args = run[1]["config"].get("hf_hub_log_args") or {}
+        repo = repo or results_repo(log_args)
+        public = public or bool(log_args.get("public_repo"))
+    if not repo:
+        _error("push: --repo is required (or run with --hf_hub_log_args hub_results_org=ORG)")
         return EXIT_USAGE
+    out, rc = _hub_call(push, a.output_path, repo, a.dataset_id, token=os.environ.get("HF_TOKEN"),
+                        dry_run=a.dry_run, private=not public, checkpoint=a.checkpoint)
+    if rc:
+        return rc
     for f, why in out["skipped"]:
         print(f"skipped {f}: {why}", file=sys.stderr)
-    print(("would upload" if a.dry_run else "uploaded") + f" to datasets/{a.repo}:")
+    print(f"run {out['run']} -> {'private' if out['private'] else 'public'} results repo")
+    print(("would upload" if a.dry_run else "uploaded") + f" to datasets/{repo}:")
     for o in out["operations"]:
         print(f"  {o}")
-    print("\n.eval_results/casu.yaml for a model card:\n" + out["eval_results_yaml"])
+    if out["eval_results_yaml"]:
+        print("\n.eval_results/casu.yaml for the model card (or `python -m harness pr-eval-results`):\n"
+              + out["eval_results_yaml"])
+    return EXIT_OK
+
+
+def cmd_pr_eval_results(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m harness pr-eval-results", formatter_class=_HelpFormatter, epilog=EXIT_CODES,
+        description="Open a pull request adding .eval_results/casu.yaml (one checkpoint's latest full run, "
+                    "values 0-100, settings in notes) to a model repo, so its results show on the benchmark's "
+                    "leaderboard.")
+    p.add_argument("--model_repo", required=True, help="the model repo ORG/MODEL")
+    p.add_argument("--dataset_id", required=True, help="the benchmark's Hub dataset id ORG/NAME")
+    p.add_argument("--output_path", default="results", help="folder the evaluation wrote")
+    p.add_argument("--checkpoint", default=None, help="which checkpoint when the folder holds several")
+    p.add_argument("--source_url", default=None, help="where the results can be checked (e.g. the results dataset)")
+    p.add_argument("--dry_run", action="store_true", help="print the YAML without opening the pull request")
+    a = p.parse_args(argv)
+    from .push import pr_eval_results
+    out, rc = _hub_call(pr_eval_results, a.output_path, a.model_repo, a.dataset_id, source_url=a.source_url,
+                        checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run)
+    if rc:
+        return rc
+    print(out["yaml"])
+    print(f"would open a pull request on {a.model_repo}" if a.dry_run else f"pull request: {out['pr_url']}")
     return EXIT_OK
 
 
@@ -234,7 +331,7 @@ def cmd_table(argv: list[str]) -> int:
     for f, why in skipped:
         print(f"skipped {f}: {why}", file=sys.stderr)
     if not docs:
-        print(f"error: {a.output_path}: no complete results_*.json found", file=sys.stderr)
+        _error(f"{a.output_path}: no complete results_*.json found")
         return EXIT_USAGE
     print(table1(*docs))
     return EXIT_OK
@@ -242,7 +339,8 @@ def cmd_table(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run, "table": cmd_table}
+    cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run, "table": cmd_table,
+            "pr-eval-results": cmd_pr_eval_results}
     if argv and argv[0] in cmds:
         return cmds[argv[0]](argv[1:])
     return cmd_run(argv)

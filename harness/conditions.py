@@ -17,15 +17,13 @@ and a crossed family's two and two (at most 50%).
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from casu_dataset.contract import LAYER_CODES as CODE  # noqa: F401  (harness.conditions.CODE)
+from casu_dataset.contract import LAYERS, SceneAnnotation, condition_name, derive_rng
 from casu_dataset.loudness import SILENCE_LUFS, measure_lufs
-
-LAYERS = ("speech", "events", "background")
-CODE = {"speech": "P", "events": "E", "background": "B"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,7 @@ class Condition:
     @property
     def name(self) -> str:
         """e.g. 'PEB' (all layers), 'P__' (speech only), '___' (all noise)."""
-        return "".join(CODE[l] if l in self.keep else "_" for l in LAYERS)
+        return condition_name(self.keep)
 
     @property
     def is_full(self) -> bool:
@@ -68,40 +66,23 @@ def parse_conditions(spec: str | None) -> list[Condition]:
     return list(dict.fromkeys(out))
 
 
-def family_key(annotation: dict) -> str | None:
+def _ann(annotation) -> SceneAnnotation:
+    return annotation if isinstance(annotation, SceneAnnotation) else SceneAnnotation.parse(annotation)
+
+
+def family_key(annotation) -> str | None:
     """The shared random-stream key of a contrast-family variant, None for a lone scene."""
-    k = annotation.get("plan", {}).get("rng_key")
-    return k if k and k != annotation.get("scene_id") else None
+    return _ann(annotation).family_key
 
 
-def active_spans(annotation: dict, layer: str, reserved: bool = False) -> list[tuple[int, int]]:
-    """Sample intervals where the layer is active, merged where they overlap. `reserved`: use
-    the slots the timeline reserved (event windows, turn reserves) instead of the clips' ends."""
-    sr, n = annotation["sample_rate"], annotation["num_samples"]
-    if layer == "background":
-        return [(0, n)] if n else []
-    plan = annotation["plan"]
-    items = plan["turns" if layer == "speech" else "events"]
-    ends = [it["offset"] for it in items]
-    if reserved and layer == "events":
-        wins = [e.get("window") for e in annotation["script"]["events"]]
-        ends = [it["onset"] + w if w else end for it, w, end in zip(items, wins, ends)]
-    if reserved and layer == "speech" and plan.get("turn_reserve"):
-        ends = [max(end, it["onset"] + r) for it, r, end in zip(items, plan["turn_reserve"], ends)]
-    spans = sorted((max(0, int(round(it["onset"] * sr))), min(n, int(round(end * sr)))) for it, end in zip(items, ends))
-    merged: list[list[int]] = []
-    for a, b in spans:
-        if b <= a:
-            continue
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
+def active_spans(annotation, layer: str, reserved: bool = False) -> list[tuple[int, int]]:
+    """See `SceneAnnotation.active_spans` (the contract's typed annotation reader)."""
+    return _ann(annotation).active_spans(layer, reserved)
 
 
-def _seed(seed: int, scene_id: str, layer: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}|{scene_id}|{layer}".encode()).digest()[:8], "little")
+def noise_rng(seed: int, scene_id: str, layer: str) -> np.random.Generator:
+    """The masking noise's stream for (seed, scene or family, layer)."""
+    return derive_rng(None, f"{seed}|{scene_id}|{layer}")
 
 
 def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: np.random.Generator,
@@ -126,21 +107,21 @@ def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: 
     return out
 
 
-def render(condition: Condition, stems: dict[str, np.ndarray], annotation: dict, seed: int = 0) -> np.ndarray:
-    """The mixture under a condition: kept stems as they are, masked ones as matched noise."""
-    sr = annotation["sample_rate"]
-    fam = family_key(annotation)
+def render(condition: Condition, stems: dict[str, np.ndarray], annotation, seed: int = 0) -> np.ndarray:
+    """The mixture under a condition: kept stems as they are, masked ones as matched noise.
+    `annotation`: the scene's annotation (dict, JSON or SceneAnnotation); AnnotationError if unreadable."""
+    ann = _ann(annotation)
+    sr = ann.sample_rate
+    fam = ann.family_key
     total = None
     for layer in LAYERS:
         x = stems[layer]
         if layer not in condition.keep:
             if fam:
-                target = (annotation.get("loudness", {}).get(layer) or {}).get("expected_lufs")
-                x = matched_noise(x, active_spans(annotation, layer, reserved=True), sr,
-                                  np.random.default_rng(_seed(seed, "family:" + fam, layer)),
+                target = ann.expected_lufs(layer)
+                x = matched_noise(x, ann.active_spans(layer, reserved=True), sr, noise_rng(seed, "family:" + fam, layer),
                                   target if target is not None else SILENCE_LUFS)
             else:
-                x = matched_noise(x, active_spans(annotation, layer), sr,
-                                  np.random.default_rng(_seed(seed, annotation["scene_id"], layer)))
+                x = matched_noise(x, ann.active_spans(layer), sr, noise_rng(seed, ann.scene_id, layer))
         total = x.astype(np.float32) if total is None else total + x
     return total

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from casu_dataset.audio_io import decode_bytes
+from casu_dataset.contract import LETTERS, AnnotationError, SceneAnnotation
 
 from .conditions import Condition, render
-from .parsing import LETTERS
 
 
 class DatasetError(ValueError):
@@ -102,7 +102,9 @@ def read_local(root: Path, config: str, split: str) -> Table:
         h.update(json.dumps([f.relative_to(root).as_posix(), len(blob)]).encode())
         h.update(hashlib.sha256(blob).digest())
         try:
-            tables.append(pq.read_table(pa.BufferReader(blob)))
+            # One thread: the files are small, and Arrow's pool threads can abort the
+            # interpreter at exit ("terminate called without an active exception").
+            tables.append(pq.read_table(pa.BufferReader(blob), use_threads=False))
         except (pa.ArrowException, OSError) as err:
             raise DatasetError(f"--dataset {root}: {f.relative_to(root)}: not a readable parquet file "
                                f"({err})") from None
@@ -199,7 +201,7 @@ class CasuData:
             if not isinstance(s.audio, bytes) or not s.audio:
                 raise DatasetError(f"{where} ({s.id}): empty audio")
             if "options" in t.columns and not (0 < len(s.options) <= len(LETTERS)
-                                               and s.answer in LETTERS[: len(s.options)]):
+                                               and s.answer in tuple(LETTERS[: len(s.options)])):  # not "AB"
                 raise DatasetError(f"{where} ({s.id}): answer {s.answer!r} is not one of the letters of its "
                                    f"{len(s.options)} option(s)")
             out.append(s)
@@ -234,7 +236,11 @@ class CasuData:
             if sc is None:
                 raise DatasetError(f"--dataset {self.source}: scene {sample.scene_id!r} has no stems in 'scenes'")
             stems = {k: decode_bytes(sc[k], f"{sample.scene_id} {k} stem") for k in ("background", "speech", "events")}
-            x = render(condition, stems, json.loads(sc["annotation"]), self.seed)
+            try:
+                ann = SceneAnnotation.parse(sc["annotation"], f"--dataset {self.source}: scene {sample.scene_id!r} annotation")
+            except AnnotationError as err:
+                raise DatasetError(str(err)) from None
+            x = render(condition, stems, ann, self.seed)
         self.decode_seconds += time.perf_counter() - t0
         self._audio_cache[key] = x
         if len(self._audio_cache) > 32:

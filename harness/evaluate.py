@@ -18,7 +18,8 @@ from .task_config import TaskConfig
 class EvalOptions:
     conditions: list[Condition] = field(default_factory=lambda: [FULL])
     batch_size: int = 1
-    limit: int | None = None
+    shrink_on_oom: bool = False   # --batch_size auto on CUDA: halve the batch on out-of-memory
+    limit: int | float | None = None  # samples per task, or a fraction (0, 1) of each task
     scene_hint: bool = False
     scoring: str = "auto"
     circular: bool = False
@@ -178,13 +179,14 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         samples = data.samples(t.dataset_config, t.split)
         rows = len(samples)
         if opts.limit:
-            samples = limit_samples(samples, opts.limit)
+            from .flags import limit_count
+            samples = limit_samples(samples, limit_count(opts.limit, rows))
         units = make_units(t, samples, opts.conditions, adapter, opts.scoring, opts.scene_hint, opts.circular, base_key)
         per_task[t.task] = units
         all_units.extend(units)
         counts[t.task] = {"config": t.dataset_config, "split": t.split, "rows": rows, "samples": len(samples),
                           "requests": len(units)}
-    outputs = run_units(all_units, adapter, data, cache, opts.batch_size, state, opts.progress)
+    outputs = run_units(all_units, adapter, data, cache, opts.batch_size, state, opts.progress, opts.shrink_on_oom)
     t_run = time.perf_counter() - t0
     results, samples_out, errors = {}, {}, []
     for t in tasks:

@@ -5,13 +5,14 @@ readers (`table`, `push`) only see complete runs: a results JSON that parses, sa
 complete, and whose sample logs are all there with the recorded SHA-256."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import socket
 import time
 from pathlib import Path
+
+from casu_dataset import atomic
 
 TMP_MARK = ".tmp-"  # temp files are `.<final name>.tmp-<host>-<pid>`
 FOREIGN_TMP_AGE_S = 24 * 3600  # another machine's temp file (shared folder) is stale after a day
@@ -21,35 +22,14 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}")
 
 
-@contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w"):
-    """Open a temp file; on a clean exit it is flushed, synced and renamed to `path`."""
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():  # an exception inside: leave nothing behind
-            tmp.unlink()
+    """casu_dataset.atomic.atomic_open with the harness's host-qualified temp name."""
+    return atomic.atomic_open(path, mode, tmp=temp_path(Path(path)))
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:
     with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def clean_stale(root: str | Path) -> list[Path]:
@@ -59,19 +39,18 @@ def clean_stale(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    removed = []
     host = socket.gethostname()
-    for f in [*root.glob(f".*{TMP_MARK}*"), *root.glob(f"*/.*{TMP_MARK}*")]:
-        owner = f.name.rsplit(TMP_MARK, 1)[1]
-        h, _, pid = owner.rpartition("-")
+
+    def owner(f: Path) -> int | None:
+        """This host's writer PID; another machine's temp (shared folder) only goes by age."""
+        if not f.is_file():
+            return None
+        h, _, pid = f.name.rsplit(TMP_MARK, 1)[1].rpartition("-")
         if h == host and pid.isdigit():
-            stale = not _pid_alive(int(pid))
-        else:
-            stale = time.time() - f.stat().st_mtime > FOREIGN_TMP_AGE_S
-        if stale and f.is_file():
-            f.unlink(missing_ok=True)
-            removed.append(f)
-    return removed
+            return int(pid)
+        return 0 if time.time() - f.stat().st_mtime > FOREIGN_TMP_AGE_S else None  # pid 0: never alive
+    return atomic.clean_stale([*root.glob(f".*{TMP_MARK}*"), *root.glob(f"*/.*{TMP_MARK}*")], owner,
+                              max_age=FOREIGN_TMP_AGE_S)
 
 
 def file_record(path: Path) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-LETTERS = "ABCDEFGHIJ"
+from casu_dataset.contract import LETTERS  # re-exported for prompts, runner
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,19 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from casu_dataset import contract
+from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
+
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
-MCQ_ORDER = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning"]
-SHORT = {"contextual_reasoning": "Contextual", "entity_extraction": "Entity", "role_inference": "Role",
-         "counterfactual_reasoning": "Counterfactual"}
+
+
+def mcq_order() -> tuple[str, ...]:
+    """Table columns: the registry's multiple-choice tasks, in registry order."""
+    return contract.mcq_tasks()
+
+
+def short(task: str) -> str:
+    return contract.get_task(task).short
 PACKAGES = ["casu", "torch", "transformers", "datasets", "accelerate", "numpy", "sacrebleu", "bert-score", "jiwer",
             "sentence-transformers", "faster-whisper", "mistral-common"]
 
@@ -40,6 +49,31 @@ def versions() -> dict:
 
 def sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", name)
+
+
+def checkpoint(model: dict) -> str | None:
+    """The checkpoint a run evaluated: --model_args pretrained= (or an API adapter's model=)."""
+    args = model.get("args") or {}
+    ck = args.get("pretrained") or args.get("model")
+    return str(ck) if ck else None
+
+
+def run_key(model: dict) -> str:
+    """The results folder of a model: sanitized adapter name plus checkpoint, e.g.
+    `qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`, so two checkpoints of one adapter never share files."""
+    import hashlib
+    key = sanitize(model["name"])
+    ck = checkpoint(model)
+    if ck:
+        key += "__" + sanitize(ck.strip("/\\")).strip("_")
+    if len(key) > 120:  # a long local path: keep the readable tail, disambiguated by a hash
+        key = key[:60] + "__" + hashlib.sha256(key.encode()).hexdigest()[:10] + "__" + key[-40:]
+    return key
+
+
+def display_name(doc: dict) -> str:
+    ck = checkpoint(doc["model"])
+    return doc["model"]["name"] + (f" ({ck})" if ck else "")
 
 
 def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None) -> dict:
@@ -84,29 +118,40 @@ def _acc_fam(m: dict | None) -> str:
     return _pct(m.get("accuracy")) + (f" / {_pct(fam)}" if fam else "")
 
 
+def _n_ci(m: dict | None) -> str:
+    """' [lo, hi] n=N' after a limited run's accuracy: a subset's number needs its uncertainty."""
+    a = (m or {}).get("accuracy") or {}
+    if a.get("value") is None:
+        return ""
+    ci = f" [{100 * a['ci95'][0]:.1f}, {100 * a['ci95'][1]:.1f}]" if a.get("ci95") else ""
+    return f"{ci} n={m.get('n', '?')}"
+
+
 def has_families(*docs: dict) -> bool:
     return any("family_accuracy" in m for d in docs for c in d["results"].values() for m in c.values())
 
 
-def _table1_row(doc: dict, full: str = "PEB") -> str:
+def _table1_row(doc: dict, full: str = FULL_CONDITION) -> str:
     r = doc["results"]
-    sd = r.get("scene_description", {}).get(full, {})
-    name = doc["model"]["name"] + (" (hint)" if doc["config"].get("scene_hint") else "")
+    sd = r.get(DESCRIPTION_TASK, {}).get(full, {})
+    name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "")
     cells = [name, _val(sd.get("bleu4")), _val(sd.get("bertscore")), _val(sd.get("event_match")),
              _val(sd.get("one_minus_wer"))]
-    cells += [_acc_fam(r.get(t, {}).get(full)) for t in MCQ_ORDER]
-    if doc.get("config", {}).get("limit"):
-        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in MCQ_ORDER)
-        cells[0] += f" (--limit, n={n})"
+    limited = bool(doc.get("config", {}).get("limit"))
+    cells += [_acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "")
+              for t in mcq_order()]
+    if limited:
+        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order())
+        cells[0] += f" (--limit {doc['config']['limit']}, n={n})"
     return "| " + " | ".join(cells) + " |"
 
 
-def table1(*docs: dict, full: str = "PEB") -> str:
+def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
     """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run."""
     fam = has_families(*docs)
     head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | "
-            + " | ".join(SHORT[t] + (" acc / fam" if fam else "") for t in MCQ_ORDER) + " |")
-    sep = "|" + "---|" * (5 + len(MCQ_ORDER))
+            + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order()) + " |")
+    sep = "|" + "---|" * (5 + len(mcq_order()))
     lines = [head, sep, *(_table1_row(d, full) for d in docs)]
     if fam:
         lines += ["", "acc: accuracy per variant (%); fam: family accuracy, all four variants of a contrast family "
@@ -115,34 +160,51 @@ def table1(*docs: dict, full: str = "PEB") -> str:
 
 
 def latest_documents(output_path: str | Path, skipped: list | None = None) -> list[dict]:
-    """The newest complete run of each model under an output folder; incomplete runs (killed,
+    """The newest complete run of each checkpoint (adapter + pretrained) under an output folder,
+    also in folders an older harness keyed by adapter name only; incomplete runs (killed,
     truncated, older harness) are appended to `skipped` as (path, why)."""
+    return [doc for _, doc, _ in latest_runs(output_path, skipped)]
+
+
+def latest_runs(output_path: str | Path, skipped: list | None = None, full_only: bool = False) -> list[tuple]:
+    """(results JSON, document, sample logs) of the newest complete run per checkpoint, sorted by
+    checkpoint; `full_only`: runs without --limit only."""
     from .outputs import complete_runs
     runs, bad = complete_runs(output_path)
     if skipped is not None:
         skipped.extend(bad)
-    newest = {f.parent: doc for f, doc, _ in runs}  # sorted by stamp: the last one per folder wins
-    return [newest[d] for d in sorted(newest)]
+    newest: dict[str, tuple] = {}
+    for run in runs:
+        doc = run[1]
+        if full_only and (doc.get("config") or {}).get("limit"):
+            continue
+        k = run_key(doc["model"]) + (" (hint)" if (doc.get("config") or {}).get("scene_hint") else "")
+        if k not in newest or (doc.get("date") or "", run[0].name) >= (newest[k][1].get("date") or "", newest[k][0].name):
+            newest[k] = run
+    return [newest[k] for k in sorted(newest)]
 
 
 def table2(doc: dict) -> str:
     """Paper table 2: accuracy (%) per layer condition (P speech, E events, B background)."""
     r = doc["results"]
     conds = doc["config"]["conditions"]
-    head = "| P | E | B | " + " | ".join(SHORT[t] for t in MCQ_ORDER if t in r) + " |"
-    sep = "|---|---|---|" + "---|" * sum(t in r for t in MCQ_ORDER)
+    head = "| P | E | B | " + " | ".join(short(t) for t in mcq_order() if t in r) + " |"
+    sep = "|---|---|---|" + "---|" * sum(t in r for t in mcq_order())
     rows = [head, sep]
     for c in conds:
         marks = ["✓" if ch != "_" else "×" for ch in c]
-        rows.append("| " + " | ".join(marks + [_acc_fam(r[t].get(c)) for t in MCQ_ORDER if t in r]) + " |")
+        rows.append("| " + " | ".join(marks + [_acc_fam(r[t].get(c)) for t in mcq_order() if t in r]) + " |")
     return "\n".join(rows)
 
 
 def markdown(doc: dict) -> str:
-    parts = [f"# CASU results: {doc['model']['name']}", "",
+    parts = [f"# CASU results: {display_name(doc)}", "",
              f"date {doc['date']} · git {doc['git_hash']} · dataset {doc['dataset']['path']} "
              f"({doc['dataset']['fingerprint']}) · status **{doc['status']}** ({doc['n_errors']} errors)", ""]
     probe = doc["audio_probe"]
+    if doc["config"].get("limit"):
+        parts += [f"> **--limit {doc['config']['limit']}: a subset of each task; for quick checks, not for "
+                  "reporting.**", ""]
     if probe.get("status") == "unchanged":
         parts += ["> **Warning: the audio probe saw no change with silent or swapped audio; the audio is probably "
                   "not reaching the model.**", ""]
@@ -166,7 +228,7 @@ def markdown(doc: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def plots(doc: dict, out_dir: Path) -> list[Path]:
+def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -179,11 +241,12 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
             fig.savefig(f, dpi=120, format="png")
         plt.close(fig)
     r = doc["results"]
-    tasks = [t for t in MCQ_ORDER if t in r]
+    tasks = [t for t in mcq_order() if t in r]
     written = []
     if not tasks:
         return written
-    full = doc["config"]["conditions"][-1] if "PEB" not in doc["config"]["conditions"] else "PEB"
+    conds = doc["config"]["conditions"]
+    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
     fig, ax = plt.subplots(figsize=(6, 3.2))
     vals, lo, hi = [], [], []
     for t in tasks:
@@ -193,14 +256,14 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
         vals.append(v)
         lo.append(v - 100 * ci[0])
         hi.append(100 * ci[1] - v)
-    ax.bar([SHORT[t] for t in tasks], vals, yerr=[lo, hi], capsize=4, color="#4C72B0")
+    ax.bar([short(t) for t in tasks], vals, yerr=[lo, hi], capsize=4, color="#4C72B0")
     ax.axhline(25, ls="--", color="grey", lw=1, label="chance (4 options)")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"{doc['model']['name']} ({full})")
+    ax.set_title(f"{display_name(doc)} ({full})", fontsize=9)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    p = out_dir / "accuracy_by_task.png"
+    p = out_dir / f"accuracy_by_task{stamp}.png"
     save(fig, p)
     written.append(p)
     conds = doc["config"]["conditions"]
@@ -209,7 +272,7 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
                          for c in conds])
         fig, ax = plt.subplots(figsize=(6, 0.45 * len(conds) + 1.2))
         im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
-        ax.set_xticks(range(len(tasks)), [SHORT[t] for t in tasks])
+        ax.set_xticks(range(len(tasks)), [short(t) for t in tasks])
         ax.set_yticks(range(len(conds)), conds)
         for i in range(len(conds)):
             for j in range(len(tasks)):
@@ -217,21 +280,27 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
         ax.set_ylabel("layers kept (P speech, E events, B background)")
         fig.colorbar(im, ax=ax, label="accuracy (%)")
         fig.tight_layout()
-        p = out_dir / "ablation_heatmap.png"
+        p = out_dir / f"ablation_heatmap{stamp}.png"
         save(fig, p)
         written.append(p)
     return written
 
 
 def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
-    """<out>/<model>/results_<date>.json (+ samples_<task>_<date>.jsonl, results.md, PNGs).
+    """<out>/<adapter>__<checkpoint>/results_<date>.json (+ samples_<task>_<date>.jsonl,
+    results_<date>.md, accuracy_by_task_<date>.png, ablation_heatmap_<date>.png): every file of a
+    run carries its stamp, so a run never overwrites another's report or leaves a stale plot.
 
     Each file goes to a temp name and is renamed into place; the results JSON comes last and
     records the sample logs' SHA-256, so it marks the run complete (see outputs.check_run)."""
     from .outputs import atomic_open, atomic_write, file_record
-    d = Path(out_root) / sanitize(doc["model"]["name"])
+    d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
-    stamp = doc["date"].replace(":", "-").replace("+00-00", "")
+    stamp = base = doc["date"].replace(":", "-").replace("+00-00", "")
+    n = 1
+    while (d / f"results_{stamp}.json").exists() or (d / f"results_{stamp}.md").exists():  # two runs in a second
+        n += 1
+        stamp = f"{base}_{n}"  # sorts after the first: "_" > "."
     logs = {}
     for task, recs in (samples or {}).items():
         p = d / f"samples_{task}_{stamp}.jsonl"
@@ -239,8 +308,12 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
             for r in recs:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         logs[task] = file_record(p)
-    atomic_write(d / "results.md", markdown(doc))
-    plots(doc, d)
+    atomic_write(d / f"results_{stamp}.md", markdown(doc))
+    plots(doc, d, f"_{stamp}")
+    from .lmeval_view import view
+    lm = d / f"lm_eval_{stamp}.json"  # lm-eval's shape, for tools that read lm-eval output
+    atomic_write(lm, json.dumps(view(doc), indent=2, ensure_ascii=False))
     path = d / f"results_{stamp}.json"
-    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs), indent=2, ensure_ascii=False))
+    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs, lm_eval_view=lm.name), indent=2,
+                                  ensure_ascii=False))
     return path

@@ -10,10 +10,13 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from casu_dataset import contract
+
 MCQ_METRICS = {"accuracy", "unparsed_rate", "paired_accuracy", "circular_accuracy"}
 TEXT_METRICS = {"bleu4", "bertscore", "event_match", "one_minus_wer"}
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 DEFAULT_TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
+KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
 
 
 class TaskConfigError(ValueError):
@@ -89,16 +92,35 @@ class TaskConfig(BaseModel):
             raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
         if mcq and "{options}" not in self.prompt_template:
             raise ValueError("a multiple-choice prompt_template must contain {options}")
-        # CASU's own configs hold one kind of row: questions with options, or descriptions
-        from casu_dataset.build import TASK_CONFIGS
-        if self.dataset_config == "scenes":
+        # The contract's registry: a registered task's YAML must agree with it, and CASU's own
+        # configs hold one kind of row (questions with options, or descriptions with references).
+        if self.dataset_config == contract.SCENES_CONFIG:
             raise ValueError("dataset_config 'scenes' holds scenes and stems, not questions")
-        if mcq and self.dataset_config == "scene_description":
-            raise ValueError("dataset_config 'scene_description' has no options: use output_type generate_until")
-        if not mcq and self.dataset_config in TASK_CONFIGS:
+        holder = contract.task_of_config(self.dataset_config)
+        if holder is not None and mcq and not holder.is_mcq:
+            raise ValueError(f"dataset_config {self.dataset_config!r} has no options: use output_type generate_until")
+        if holder is not None and not mcq and holder.is_mcq:
             raise ValueError(f"dataset_config {self.dataset_config!r} holds multiple-choice questions without "
                              "references: use output_type multiple_choice")
+        spec = contract.registered_task(self.task)
+        if spec is not None:
+            if spec.kind != KIND[self.output_type]:
+                raise ValueError(f"task {self.task!r} is registered as {spec.kind} (casu_dataset.contract): "
+                                 f"output_type {self.output_type!r} does not match")
+            if spec.dataset_config != self.dataset_config:
+                raise ValueError(f"task {self.task!r} is registered with dataset_config {spec.dataset_config!r} "
+                                 f"(casu_dataset.contract), not {self.dataset_config!r}")
         return self
+
+    @property
+    def label(self) -> str:
+        """The short column label of tables (the registry's, else the task name)."""
+        spec = contract.registered_task(self.task)
+        return spec.short if spec else self.task
+
+    def resolved(self) -> dict:
+        """The full config as used (defaults filled in), recorded with the results as lm-eval does."""
+        return self.model_dump(mode="json")
 
 
 def load_task(path: str | Path) -> TaskConfig:
@@ -107,6 +129,8 @@ def load_task(path: str | Path) -> TaskConfig:
         data = yaml.safe_load(path.read_text())
     except OSError as err:
         raise TaskConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise TaskConfigError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8") from None
     except yaml.YAMLError as err:
         raise TaskConfigError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
@@ -134,6 +158,14 @@ def load_tasks(dirs: list[str | Path] | None = None) -> dict[str, TaskConfig]:
                 raise TaskConfigError(f"{f}: task {cfg.task!r} is defined twice")
             out[cfg.task] = cfg
     return out
+
+
+def with_builtins(include_path: list[str | Path] | None) -> list[Path]:
+    """The built-in tasks folder, then each --include_path folder: extra folders add tasks, as
+    lm-eval's --include_path does, and a name defined twice is an error naming the file."""
+    dirs = [DEFAULT_TASKS_DIR, *(Path(d) for d in include_path or [])]
+    seen: set = set()
+    return [d for d in dirs if not (d.resolve() in seen or seen.add(d.resolve()))]  # tasks/ given again: once
 
 
 def select_tasks(spec: str, tasks: dict[str, TaskConfig]) -> list[TaskConfig]:

@@ -12,6 +12,10 @@ class AdapterError(RuntimeError):
     """A model cannot be loaded or run; the message names the model and what to do."""
 
 
+class ModelArgsError(AdapterError, ValueError):
+    """A --model_args value of the wrong type or out of range, or a key the adapter does not take."""
+
+
 @dataclass(frozen=True)
 class GenerationSettings:
     """Greedy by default; every field is recorded with the results."""
@@ -32,6 +36,9 @@ class GenerationSettings:
         return self
 
 
+REQUEST_KINDS = ("answer", "describe")
+
+
 @dataclass
 class Request:
     """One model call. `audio` is mono float32 at the adapter's sample rate, or None (text only)."""
@@ -40,7 +47,12 @@ class Request:
     options: list[str] = field(default_factory=list)  # the replies scored by loglikelihood()
     system: str | None = None
     id: str = ""
-    task: str = ""  # the harness task name; cascades answer scene_description without the reasoner
+    kind: str = "answer"  # "answer" (a question, with options or not) | "describe" (an open description)
+    task: str = ""  # the harness task name: for logs only, adapters branch on `kind`
+
+    def __post_init__(self):
+        if self.kind not in REQUEST_KINDS:
+            raise ValueError(f"Request.kind {self.kind!r}: one of {REQUEST_KINDS}")
 
 
 class Adapter:
@@ -80,8 +92,9 @@ class Adapter:
         return hashlib.sha256(json.dumps(self.info(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def parse_model_args(text: str | None) -> dict:
-    """`k=v,k2=v2` (lm-eval's --model_args) -> dict with ints, floats and booleans converted."""
+def parse_model_args(text: str | None, raw: bool = False) -> dict:
+    """`k=v,k2=v2` (lm-eval's --model_args) -> dict with ints, floats and booleans converted
+    (`raw=True`: values stay strings, for `check_model_args` to type by the adapter)."""
     out: dict = {}
     if not text:
         return out
@@ -89,17 +102,113 @@ def parse_model_args(text: str | None) -> dict:
         if not part.strip():
             continue
         if "=" not in part:
-            raise ValueError(f"--model_args: {part!r} is not key=value")
+            raise ModelArgsError(f"--model_args: {part.strip()!r} is not key=value")
         k, v = (s.strip() for s in part.split("=", 1))
-        if v.lower() in ("true", "false"):
-            out[k] = v.lower() == "true"
-        else:
-            for conv in (int, float):
-                try:
-                    out[k] = conv(v)
-                    break
-                except ValueError:
-                    continue
-            else:
-                out[k] = v
+        if not k:
+            raise ModelArgsError(f"--model_args: {part.strip()!r} has an empty key")
+        if k in out:
+            raise ModelArgsError(f"--model_args {k}: given twice")
+        out[k] = v if raw else _auto(v)
+    return out
+
+
+def _auto(v: str):
+    """The untyped guess for keys an adapter takes through **kwargs."""
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            continue
+    return v
+
+
+# Ranges of numeric arguments, by name, whichever adapter takes them: (lowest, lowest allowed itself?).
+ARG_RANGES = {"seed": (0, True), "concurrency": (1, True), "max_retries": (0, True), "timeout": (0, False),
+              "backoff": (0, True), "max_new_tokens": (1, True), "num_beams": (1, True), "temperature": (0, True),
+              "top_p": (0, False), "batch_size": (1, True), "delay": (0, True)}
+_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def adapter_params(cls) -> tuple[dict[str, set[str]], bool]:
+    """({argument: allowed kinds (int, float, bool, str; empty = unchecked)}, takes other keys?),
+    from the __init__ signatures along the class's MRO (a **kwargs __init__ passes keys on)."""
+    import inspect
+    params: dict[str, set[str]] = {}
+    for c in cls.__mro__:
+        if c is Adapter or c is object:
+            return params, True  # the base stores whatever it is given
+        if "__init__" not in c.__dict__:
+            continue
+        extra = False
+        for p in list(inspect.signature(c.__init__).parameters.values())[1:]:
+            if p.kind is p.VAR_KEYWORD:
+                extra = True
+            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in params:
+                params[p.name] = _kinds(p.annotation, p.default)
+        if not extra:
+            return params, False
+    return params, True
+
+
+def _kinds(annotation, default) -> set[str]:
+    import inspect
+    if annotation is inspect.Parameter.empty:
+        t = type(default).__name__ if default not in (inspect.Parameter.empty, None) else ""
+        return {t} if t in _KINDS else set()
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    parts = {x.strip() for x in text.replace("Optional[", "").replace("]", "").split("|")} - {"None"}
+    return parts if parts <= set(_KINDS) else set()  # list[...], Path, ...: left to the adapter
+
+
+def _typed(name: str, k: str, v, kinds: set[str]):
+    import math
+    bad = ModelArgsError(f"bad --model_args {k}={v!r}: {name} expects " + " or ".join(
+        _KINDS[x] for x in sorted(kinds, key=list(_KINDS).index)))
+    if not kinds:
+        return _auto(v) if isinstance(v, str) else v
+    if isinstance(v, str):
+        low = v.strip().lower()
+        if "bool" in kinds and low in ("true", "false"):
+            return low == "true"
+        if "int" in kinds:
+            try:
+                return int(v)
+            except ValueError:
+                pass
+        if "float" in kinds:
+            try:
+                x = float(v)
+            except ValueError:
+                x = None
+            if x is not None:
+                if not math.isfinite(x):
+                    raise ModelArgsError(f"bad --model_args {k}={v!r}: {name} needs a finite number")
+                return x
+        if "str" in kinds:
+            return v
+        raise bad
+    ok = (isinstance(v, bool) and "bool" in kinds) or (not isinstance(v, bool) and (
+        (isinstance(v, int) and kinds & {"int", "float"}) or (isinstance(v, float) and "float" in kinds)
+        or (isinstance(v, str) and "str" in kinds))) or v is None
+    if not ok:
+        raise bad
+    return v
+
+
+def check_model_args(cls, name: str, args: dict) -> dict:
+    """The args typed by the adapter's signature and range-checked, before anything loads;
+    ModelArgsError names the key, the value and what the adapter expects."""
+    params, extra = adapter_params(cls)
+    out = {}
+    for k, v in args.items():
+        if k not in params and not extra:
+            raise ModelArgsError(f"bad --model_args {k}: {name} takes {', '.join(sorted(params)) or 'no arguments'}")
+        v = _typed(name, k, v, params.get(k, set()))
+        if k in ARG_RANGES and isinstance(v, (int, float)) and not isinstance(v, bool):
+            lo, inclusive = ARG_RANGES[k]
+            if v < lo or (v == lo and not inclusive):
+                raise ModelArgsError(f"bad --model_args {k}={v!r}: {name} needs {k} {'>=' if inclusive else '>'} {lo}")
+        out[k] = v
     return out

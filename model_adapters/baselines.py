@@ -1,31 +1,27 @@
 """Reference points: a seeded random chooser and a blind reasoner that never hears the audio."""
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
+
+from casu_dataset.contract import LETTERS, derive_rng
 
 from .base import Adapter, GenerationSettings, Request
 from .cascade import Cascade
-from .registry import register
-
-LETTERS = "ABCDEFGHIJ"
 
 
-@register("random")
 class RandomBaseline(Adapter):
     """Seeded random letter per question (chance level); empty text for open-ended prompts."""
+    name = "random"
     uses_audio = False
     supports_loglikelihood = True
 
-    def __init__(self, seed: int = 0):
-        super().__init__(seed=seed)
+    def __init__(self, seed: int = 0, device: str = "cpu"):
+        super().__init__(seed=seed)  # device is not part of the fingerprint: the draws do not depend on it
         self.seed = int(seed)
 
     def _rng(self, req: Request) -> np.random.Generator:
         # Seeded by the request itself, so the draw never depends on batch order or size.
-        h = hashlib.sha256(f"{self.seed}|{req.id}|{req.prompt}".encode()).digest()
-        return np.random.default_rng(int.from_bytes(h[:8], "little"))
+        return derive_rng(None, f"{self.seed}|{req.id}|{req.prompt}")
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         return [f"Answer: {LETTERS[self._rng(r).integers(len(r.options))]}" if r.options else "" for r in requests]
@@ -34,9 +30,9 @@ class RandomBaseline(Adapter):
         return [list(self._rng(r).random(len(r.options))) for r in requests]
 
 
-@register("blind")
 class BlindBaseline(Cascade):
     """The cascade's reasoner with the question only (no transcript, no caption, no audio)."""
+    name = "blind"
     uses_audio = False
 
     def __init__(self, **kw):

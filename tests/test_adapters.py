@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from model_adapters import AdapterError, GenerationSettings, Request, make_adapter
-from model_adapters import tiny
+import tiny_models as tiny
 
 from conftest import transformers_serve
 
@@ -118,7 +118,7 @@ def test_cascade_and_blind_on_real_scene_audio(casu_small, tiny_dirs):
     assert "Speech transcript:" in ctx and len(ctx) > len(s.question) + 60  # Whisper heard the speech
     scores = casc.loglikelihood([r])[0]
     assert len(scores) == len(s.options) and all(np.isfinite(scores))
-    desc = casc.generate([Request(prompt="Describe", audio=audio, task="scene_description")], SETTINGS)[0]
+    desc = casc.generate([Request(prompt="Describe", audio=audio, kind="describe")], SETTINGS)[0]
     assert desc.startswith('Someone says: "')
     with_captioner = make_adapter("cascade", {"captioner": "qwen2-audio",
                                               "captioner_pretrained": str(tiny_dirs["qwen2-audio"])})

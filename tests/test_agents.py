@@ -109,7 +109,7 @@ class _Flaky(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Flaky.seen.append((dict(self.headers), body))
+        _Flaky.seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
         code, payload = _Flaky.script.pop(0)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -139,12 +139,24 @@ def test_http_backend_retries_falls_back_and_hides_the_key(flaky_server):
     b = OpenAIBackend(flaky_server, "m", api_key="sk-secret-123", backoff=0.01)
     assert ask_json(b, [{"role": "user", "content": "q"}], Vote, "critic").answer == "D"
     assert "response_format" in _Flaky.seen[0][1] and "response_format" not in _Flaky.seen[2][1]
-    assert _Flaky.seen[0][0]["Authorization"] == "Bearer sk-secret-123"
+    assert _Flaky.seen[0][0]["authorization"] == "Bearer sk-secret-123"
     assert "sk-secret" not in repr(b)
     _Flaky.script[:] = [(401, {"error": "bad key"})]
     with pytest.raises(BackendError) as e:
         b.complete([{"role": "user", "content": "q"}])
     assert "401" in str(e.value) and "sk-secret" not in str(e.value)
+
+
+def test_http_backend_sends_no_key_header_without_a_key_and_reports_bad_replies(flaky_server, monkeypatch):
+    for var in ("CASU_LLM_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    _Flaky.seen.clear()
+    _Flaky.script[:] = [(429, {"error": "slow down"}), _ok("fine"), (200, {"id": "x"})]
+    b = OpenAIBackend(flaky_server, "m", backoff=0.01)
+    assert b.complete([{"role": "user", "content": "q"}]) == "fine"
+    assert len(_Flaky.seen) == 2 and all("authorization" not in h for h, _ in _Flaky.seen)
+    with pytest.raises(BackendError, match="malformed response"):
+        b.complete([{"role": "user", "content": "q"}])
 
 
 def test_real_smollm2_local_structured_vote():
@@ -177,3 +189,24 @@ def test_real_openai_compatible_server(served_smollm2):
         assert v.answer in "ABCD"
     except StructuredOutputError as err:  # a 135M model may fail; the failure must be reported, not raised raw
         assert len(err.attempts) == 2
+
+
+def test_real_server_writes_a_family_file_with_reasons(served_smollm2, tmp_path):
+    """`generate --families` end to end through a real server: the plumbing (CLI, concurrency,
+    structured output, cache, report), not the quality of a 135M model's family."""
+    from casu_dataset import cli
+    from casu_dataset.family_validity import check_scenes
+    from casu_dataset.scenarios.families import compile_families
+    url, model = served_smollm2
+    out = tmp_path / "fams.yaml"
+    argv = ["generate", "--families", "1", "--backend", "openai", "--base-url", url, "--llm-model", model,
+            "--retries", "1", "--k", "1", "--m", "1", "--max-tokens", "4", "--no-retrieval",
+            "--tasks", "contextual_reasoning", "--concurrency", "2", "--cache", str(tmp_path), "--out", str(out)]
+    assert cli.main(argv) == 0
+    rep = json.loads((tmp_path / "fams.report.json").read_text())
+    row = rep["families"][0]
+    assert row["status"] == "kept" or row["reason"], row
+    assert rep["backend_calls_by_kind"]["script"] == 1 and rep["cache"]["misses"] >= 1
+    assert check_scenes(compile_families(out)) == []
+    assert cli.main(argv) == 0  # a re-run is answered from the cache
+    assert json.loads((tmp_path / "fams.report.json").read_text())["backend_calls_by_kind"] == {}

@@ -343,7 +343,7 @@ def test_card_reports_mix_level_wer_or_says_it_was_not_run():
 
 
 def test_scene_key_covers_the_rendering_code(built, builder, tmp_path, monkeypatch):
-    from casu_dataset import build
+    from casu_dataset import scene_cache as build  # the scene cache module (re-exported by build)
     out, rep, scenes, invalid = built
     src = Path(build.__file__).parent
     root = tmp_path / "code"

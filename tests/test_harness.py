@@ -220,10 +220,11 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     for t in TASKS:
         lines = (model_dir / next(f.name for f in model_dir.glob(f"samples_{t}_*.jsonl"))).read_text().splitlines()
         assert len(lines) == 2 * doc["n_samples"][t]
-    md = (model_dir / "results.md").read_text()
+    stamp = sorted(model_dir.glob("results_*.json"))[-1].stem[len("results_"):]
+    md = (model_dir / f"results_{stamp}.md").read_text()  # every file of a run carries its stamp
     assert "Table 1" in md and "Table 2" in md
-    assert (model_dir / "accuracy_by_task.png").stat().st_size > 1000
-    assert (model_dir / "ablation_heatmap.png").stat().st_size > 1000
+    assert (model_dir / f"accuracy_by_task_{stamp}.png").stat().st_size > 1000
+    assert (model_dir / f"ablation_heatmap_{stamp}.png").stat().st_size > 1000
     # a second run is served from the cache and gives the same results
     harness("--model", "plugin_adapters:AudioHashAdapter", "--tasks", "all", "--dataset", str(casu_small),
             "--output_path", str(out), "--conditions", "PEB,P__", "--quiet")
@@ -291,8 +292,8 @@ def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path)
     ops = plan_push(out, "casu-org/casu-results")
     stamp = next((out / "random").glob("results_*.json")).stem[len("results_"):]
     assert sorted(o.path_in_repo for o in ops) == sorted([
-        f"random/results_{stamp}.json", f"random/samples_role_inference_{stamp}.jsonl",
-        f"random/samples_scene_description_{stamp}.jsonl"])
+        f"random/results_{stamp}.json", f"random/lm_eval_{stamp}.json", f"random/samples_role_inference_{stamp}.jsonl",
+        f"random/samples_scene_description_{stamp}.jsonl", "README.md"])
     res = push(out, "casu-org/casu-results", "casu-org/casu", dry_run=True)
     import yaml
     entries = yaml.safe_load(res["eval_results_yaml"])
@@ -300,7 +301,7 @@ def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path)
     assert all(e["dataset"]["id"] == "casu-org/casu" and e["source"]["url"].endswith("casu-org/casu-results")
                for e in entries)
     p = harness("push", "--repo", "casu-org/casu-results", "--output_path", str(out), "--dry_run",
-                env={**ENV, "HF_TOKEN": "hf_secret_token_123"})
+                "--dataset_id", "casu-org/casu", env={**ENV, "HF_TOKEN": "hf_secret_token_123"})
     assert "hf_secret_token_123" not in p.stdout + p.stderr and ".eval_results/casu.yaml" in p.stdout
     with pytest.raises(ValueError, match="ORG/NAME"):
         plan_push(out, "no-slash")

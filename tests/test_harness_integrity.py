@@ -148,7 +148,8 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     p = harness(env, "push", "--repo", "org/results", "--output_path", str(out), "--dry_run")
     listing = p.stdout.split("would upload to datasets/org/results:\n")[1].split("\n\n")[0]
     ops = [line.strip() for line in listing.splitlines()]
-    assert ops == [f"random/results_{good_stamp}.json", f"random/samples_role_inference_{good_stamp}.jsonl"]
+    assert ops == [f"random/results_{good_stamp}.json", f"random/samples_role_inference_{good_stamp}.jsonl",
+                   f"random/lm_eval_{good_stamp}.json", "README.md"]  # + the lm-eval view and the card (issue 17)
     assert p.stderr.count("skipped") == 3 and "not marked complete" in p.stderr and "truncated" in p.stderr
     t = harness(env, "table", str(out))
     rows = [r for r in t.stdout.splitlines() if r.startswith("| ") and not r.startswith("| Model")]

@@ -1,6 +1,7 @@
 """Human review: the decisions file, the build applying it, and the page in real headless Chromium."""
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -74,7 +75,9 @@ def served(casu_small, tmp_path):
 
 def test_server_rejects_unknown_items_with_a_clear_error(served):
     ds, url, _ = served
-    req = urllib.request.Request(url + "api/decision", method="POST", headers={"Content-Type": "application/json"},
+    token = re.search(r'name="casu-token" content="([^"]+)"', urllib.request.urlopen(url).read().decode()).group(1)
+    req = urllib.request.Request(url + "api/decision", method="POST", headers={"Content-Type": "application/json",
+                                                                               "X-CASU-Token": token},
                                  data=json.dumps({"kind": "question", "item": "nope/q", "action": "accept"}).encode())
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req)

@@ -13,16 +13,17 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..scenarios.library import LETTERS, TASKS
+from ..contract import DATASET_LETTERS as LETTERS, get_task, mcq_tasks
 from ..script import ScriptError, SceneScript, parse_script
 from .structured import StructuredOutputError, ask_json
 
-TASK_GUIDE = {
-    "contextual_reasoning": "why something is said or done, answerable only by combining the speech with an event or the background",
-    "entity_extraction": "which entity (animal, object, vehicle, person) in the scene explains an observation; the entity is heard, not named",
-    "role_inference": "the most plausible role of a speaker or the relationship between the two speakers",
-    "counterfactual_reasoning": "how an interpretation would change if one sound in the scene were different or absent",
-}
+
+
+def task_guide(task: str) -> str:
+    """What the question agent is told a task asks (the registry's guide)."""
+    if task not in mcq_tasks():
+        raise ValueError(f"question agent: unknown task {task!r} (tasks: {', '.join(mcq_tasks())})")
+    return get_task(task).guide
 
 
 class DraftAnchor(BaseModel):
@@ -140,14 +141,13 @@ def narrator(backend, script: SceneScript, retries: int = 3) -> str:
 
 def question_agent(backend, script: SceneScript, description: str, task: str, n: int = 2,
                    retries: int = 3) -> list[Candidate]:
-    if task not in TASKS:
-        raise ValueError(f"question agent: unknown task {task!r} (tasks: {', '.join(TASKS)})")
+    guide = task_guide(task)  # unknown task: ValueError before any backend call
     shape = {"questions": [{"question": "...", "options": ["...", "...", "...", "..."], "answer": "B",
                             "rationale": "cites the deciding sound", "layers": ["speech", "event"]}]}
     msgs = [{"role": "system", "content": "You write 4-option multiple-choice questions about audio scenes. Each "
                                           "question must need the audio to answer; all options must look plausible "
                                           "from the question text alone."},
-            {"role": "user", "content": f"Task: {task}: {TASK_GUIDE[task]}.\nScene description: {description}\n"
+            {"role": "user", "content": f"Task: {task}: {guide}.\nScene description: {description}\n"
                                         f"Script: {script.dump_json(indent=None)}\nWrite {n} questions. "
                                         f"Answer with JSON: {json.dumps(shape)}"}]
     return ask_json(backend, msgs, Candidates, f"question agent ({script.id}, {task})", retries,
@@ -171,7 +171,7 @@ def critic_votes(critics: list, script: SceneScript, description: str, cand: Can
 
 
 def run_pipeline(backend, scene_id: str, place: str, sound_types: dict[str, list[str]], speech_type: str,
-                 critics: list | None = None, k: int = 3, m: int = 2, tasks=TASKS, per_task: int = 1,
+                 critics: list | None = None, k: int = 3, m: int = 2, tasks=None, per_task: int = 1,
                  retries: int = 3) -> PipelineResult:
     """Script, description and consensus-filtered questions for one scene; failures are recorded."""
     if not 1 <= m <= k:
@@ -186,7 +186,7 @@ def run_pipeline(backend, scene_id: str, place: str, sound_types: dict[str, list
     except StructuredOutputError as err:
         res.failures.append(str(err))
         return res
-    for task in tasks:
+    for task in tasks or mcq_tasks():
         try:
             cands = question_agent(backend, res.script, res.description, task, per_task, retries)
         except StructuredOutputError as err:

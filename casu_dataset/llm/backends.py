@@ -2,20 +2,22 @@
 
 - LocalBackend: a transformers model on this machine (default SmolLM2-135M-Instruct).
 - OpenAIBackend: any OpenAI-compatible /v1/chat/completions endpoint (vLLM, llama.cpp
-  server, `transformers serve`, OpenAI). Base URL, model and key come from arguments or
-  CASU_LLM_BASE_URL / CASU_LLM_MODEL / CASU_LLM_API_KEY (OPENAI_API_KEY as a fallback); the
-  key is sent as a bearer token and never appears in errors or logs. Structured output is
+  server, `transformers serve`, OpenAI), through the `openai` SDK. Base URL, model and key come
+  from arguments or CASU_LLM_BASE_URL / CASU_LLM_MODEL / CASU_LLM_API_KEY (OPENAI_API_KEY as a
+  fallback); the key is sent only as the bearer token (no header at all without a key) and
+  never appears in errors or logs. Structured output is
   requested with `response_format: json_schema`; a server that rejects it is asked again
-  without it, and the caller validates the reply either way.
+  without it, and the caller validates the reply either way. Callers may call `complete` from
+  several threads: at most `concurrency` requests are in flight (a semaphore that backends on
+  the same server can share), and transient errors (429, 5xx, timeouts) are retried with
+  jittered exponential backoff, honouring a numeric Retry-After.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
+import threading
 import time
-import urllib.error
-import urllib.request
 
 
 class BackendError(RuntimeError):
@@ -27,16 +29,19 @@ class LocalBackend:
         from .local import LocalLM
         self.lm = LocalLM(model, device)
         self.fingerprint = self.lm.fingerprint
+        self._lock = threading.Lock()  # one model in memory: callers in several threads take turns
 
     def complete(self, messages: list[dict], schema: dict | None = None, max_tokens: int = 512,
                  temperature: float = 0.0) -> str:
         # Greedy decoding; the schema is enforced by validation in the caller.
-        return self.lm.chat(messages, max_new_tokens=max_tokens)
+        with self._lock:
+            return self.lm.chat(messages, max_new_tokens=max_tokens)
 
 
 class OpenAIBackend:
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-                 timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0):
+                 timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 1,
+                 slots: threading.Semaphore | None = None):
         self.base_url = (base_url or os.environ.get("CASU_LLM_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         self.model = model or os.environ.get("CASU_LLM_MODEL")
         if not self.model:
@@ -46,42 +51,104 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff = backoff
         self.json_schema_ok = True
+        if concurrency < 1:
+            raise BackendError(f"openai backend: concurrency must be >= 1, got {concurrency}")
+        self.slots = slots or threading.BoundedSemaphore(concurrency)
         self.fingerprint = f"openai:{self.base_url}:{self.model}"
+        self._client = None
+        self._client_lock = threading.Lock()  # callers in several threads make one client
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIBackend({self.base_url!r}, model={self.model!r}, key={'set' if self._key else 'unset'})"
 
-    def _post(self, payload: dict) -> dict:
-        req = urllib.request.Request(self.base_url + "/chat/completions", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {self._key}"} if self._key else {})})
-        with urllib.request.urlopen(req, timeout=self.timeout) as r:
-            return json.loads(r.read().decode())
+    def _redact(self, text) -> str:
+        from ..redact import redact
+        return redact(text, [self._key])
+
+    @property
+    def client(self):
+        """The SDK client, made on first use. Its own retries are off: this class retries (with the
+        response_format fallback, the shared semaphore and its own backoff settings)."""
+        with self._client_lock:
+            if self._client is None:
+                import openai
+                # The SDK insists on a key; a keyless local server gets a placeholder that is never
+                # sent (the Authorization header is omitted).
+                self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key or "unused",
+                                             timeout=self.timeout, max_retries=0)
+            return self._client
+
+    def _post(self, payload: dict):
+        import openai
+        no_key = {} if self._key else {"extra_headers": {"Authorization": openai.Omit()}}
+        with self.slots:
+            return self.client.chat.completions.create(**payload, **no_key)
 
     def complete(self, messages: list[dict], schema: dict | None = None, max_tokens: int = 512,
                  temperature: float = 0.0) -> str:
+        import openai
         payload = {"model": self.model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
         if schema is not None and self.json_schema_ok:
             payload["response_format"] = {"type": "json_schema",
                                           "json_schema": {"name": "casu_output", "schema": schema}}
         last = None
         for attempt in range(self.max_retries + 1):
+            wait = None
             try:
-                data = self._post(payload)
-                return data["choices"][0]["message"].get("content") or ""
-            except urllib.error.HTTPError as err:
-                body = err.read().decode(errors="replace")[:300]
-                if err.code == 400 and "response_format" in payload and "response_format" in body.lower():
+                reply = self._post(payload)
+            except openai.APIStatusError as err:
+                code = err.status_code
+                body = self._redact(_body(err))[:300]  # servers echo keys in 401s
+                if code == 400 and "response_format" in payload and "response_format" in body.lower():
                     self.json_schema_ok = False  # this server cannot do structured output: ask plainly
                     payload.pop("response_format")
                     continue
-                if err.code not in (408, 409, 429) and err.code < 500:
-                    raise BackendError(f"{self.base_url}: HTTP {err.code}: {body}") from None
-                last = f"HTTP {err.code}: {body}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-                last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
-            except (KeyError, IndexError, json.JSONDecodeError) as err:
-                raise BackendError(f"{self.base_url}: malformed response ({err})") from None
+                if code not in (408, 409, 429) and code < 500:
+                    raise BackendError(f"{self.base_url}: HTTP {code}: {body}") from None
+                last = f"HTTP {code}: {body}"
+                wait = _retry_after(err.response.headers.get("Retry-After"))
+            except openai.APIConnectionError as err:  # includes APITimeoutError
+                cause = err.__cause__ or err
+                last = self._redact(f"{type(err).__name__}: {cause}")
+            else:
+                try:
+                    return reply.choices[0].message.content or ""
+                except (AttributeError, IndexError, TypeError) as err:  # no choices / message in the reply
+                    raise BackendError(f"{self.base_url}: malformed response ({type(err).__name__}: "
+                                       f"{self._redact(err)})") from None
             if attempt < self.max_retries:
-                time.sleep(self.backoff * (2 ** attempt) * (0.5 + random.random() / 2))
+                backoff = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+                time.sleep(max(backoff, wait or 0.0))
         raise BackendError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last})")
+
+
+def _body(err) -> str:
+    try:
+        return err.response.text
+    except Exception:  # a streamed or closed response: the SDK's own message
+        return str(err)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a server asked us to wait (numeric Retry-After only), capped at a minute."""
+    try:
+        return min(60.0, max(0.0, float(value))) if value else None
+    except ValueError:
+        return None
+
+
+class Tuned:
+    """A backend with fixed settings for every call: a temperature (critics sample, so seats that
+    share a model still vote independently) and a cap on reply tokens. Wrap it around the cache so
+    the cache key holds the settings actually used."""
+
+    def __init__(self, backend, temperature: float | None = None, max_tokens: int | None = None):
+        self.backend = backend
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.fingerprint = backend.fingerprint
+
+    def complete(self, messages, schema=None, max_tokens=512, temperature=0.0) -> str:
+        return self.backend.complete(messages, schema=schema,
+                                     max_tokens=min(max_tokens, self.max_tokens or max_tokens),
+                                     temperature=temperature if self.temperature is None else self.temperature)

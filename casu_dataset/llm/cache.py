@@ -25,12 +25,12 @@ class ResponseCache:
         return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     def get(self, key: str) -> str | None:
-        with self._lock:
+        with self._lock:  # counters too: several threads share one cache
             row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            self.misses += 1
-            return None
-        self.hits += 1
+            if row is None:
+                self.misses += 1
+                return None
+            self.hits += 1
         return row[0]
 
     def put(self, key: str, value: str) -> None:

@@ -11,6 +11,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from ..contract import cache_root
+
 SMOLLM2 = "smollm2"
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -20,7 +22,7 @@ class ModelLoadError(RuntimeError):
 
 
 def _cache_root() -> Path:
-    return Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+    return cache_root()
 
 
 def smollm2_dir() -> Path:

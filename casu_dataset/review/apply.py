@@ -7,19 +7,28 @@ changes the shared question and option texts, never a variant's key. Scenes outs
 (v1) behave as before: a rejected scene takes its rows, question decisions apply per row."""
 from __future__ import annotations
 
-from .decisions import TASKS as TASK_CONFIGS, variant_question_error
-
-# As build.CONFIGS (not imported: build imports this module).
-CONFIGS = ("scenes", *TASK_CONFIGS, "scene_description")
+from ..contract import dataset_configs, mcq_configs
+from .decisions import variant_question_error
 
 
 def apply_review(rows: dict[str, list[dict]], review) -> dict:
     """Leave out rejected families, scenes and questions, apply edits (in place); returns the
-    review counts plus `applied` (what changed the rows), `conflicts`, `bad_lines` and
-    `refused` (decisions that would break a family, not applied, each with its reason)."""
+    review counts plus `applied` (what changed the rows), `conflicts`, `bad_lines`, `refused`
+    (decisions that would break a family, not applied, each with its reason) and `unknown`
+    (decided items that are not in these rows: not applied, not counted)."""
     final = review.final
+    CONFIGS, TASK_CONFIGS = dataset_configs(), mcq_configs()  # noqa: N806  (the registry's, at call time)
     fam_of = {r["scene_id"]: r.get("family_id") for c in CONFIGS for r in rows.get(c, []) if r.get("family_id")}
     families = set(fam_of.values())
+    # Items of this build: a decision on anything else is listed as unknown, never counted.
+    known_items = {("scene", r["scene_id"]) for c in CONFIGS for r in rows.get(c, [])} | \
+        {("family", f) for f in families} | \
+        {("question", r["id"]) for c in TASK_CONFIGS for r in rows.get(c, [])} | \
+        {("family_question", f"{r['family_id']}/{r['task']}") for c in TASK_CONFIGS for r in rows.get(c, [])
+         if r.get("family_id")}
+
+    def known(kind, item):
+        return (kind, item) in known_items
     rejected_scenes = {item for (kind, item), d in final.items() if kind == "scene" and d["action"] == "reject"}
     gone = {item for (kind, item), d in final.items() if kind == "family" and d["action"] == "reject"} & families
     gone |= {fam_of[s] for s in rejected_scenes if s in fam_of}  # a rejected variant takes its family
@@ -72,5 +81,5 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
     applied["scenes_rejected"] += sum(1 for s in rejected_scenes if fam_of.get(s) in gone)
     for how in fq_done.values():
         applied[f"family_questions_{how}"] += 1
-    return dict(review.counts(), applied=applied, conflicts=len(review.conflicts), bad_lines=len(review.bad_lines),
-                refused=refused)
+    return dict(review.counts(known), applied=applied, conflicts=len(review.conflicts),
+                bad_lines=len(review.bad_lines), refused=refused, unknown=review.unknown(known))

@@ -13,6 +13,7 @@ dataset (a known item; no per-variant change to a family's shared question) is c
 the server when it is made and by review.apply when the build applies it."""
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import os
@@ -21,10 +22,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..contract import DATASET_LETTERS, mcq_tasks
+
 ACTIONS = ("accept", "reject", "edit")
 KINDS = ("scene", "question", "family", "family_question")
-LETTERS = "ABCD"
-TASKS = ("contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning")
+LETTERS = DATASET_LETTERS
 
 
 class DecisionError(ValueError):
@@ -36,25 +38,51 @@ def decisions_path(dataset: str | Path) -> Path:
     return d.with_name(d.name + ".decisions.jsonl")
 
 
+def _time(v) -> str:
+    """An ISO 8601 time with a UTC offset (what the server writes), kept as written."""
+    if v is None or v == "":
+        return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    if not isinstance(v, str):
+        raise DecisionError(f"field 'time': {v!r} is not an ISO 8601 time string")
+    try:
+        t = dt.datetime.fromisoformat(v)
+    except ValueError:
+        raise DecisionError(f"field 'time': {v!r} is not an ISO 8601 time") from None
+    if t.tzinfo is None:
+        raise DecisionError(f"field 'time': {v!r} has no UTC offset (write e.g. 2026-01-01T10:00:00+00:00)")
+    return v
+
+
 def validate(rec: dict) -> dict:
-    """A clean decision record, or DecisionError naming the bad field."""
+    """A clean decision record, or DecisionError naming the bad field. Types are checked as the
+    data's own schema does: strings are strings, an edit is an object, an answer is one letter."""
     if not isinstance(rec, dict):
         raise DecisionError("a decision must be a JSON object")
     for f in ("reviewer", "kind", "item", "action"):
+        if f in rec and rec[f] is not None and not isinstance(rec[f], str):
+            raise DecisionError(f"field {f!r}: must be a string, got {type(rec[f]).__name__}")
         if not isinstance(rec.get(f), str) or not rec[f].strip():
             raise DecisionError(f"field {f!r} is missing or empty")
     if rec["kind"] not in KINDS:
         raise DecisionError(f"kind {rec['kind']!r}: use one of {KINDS}")
     if rec["action"] not in ACTIONS:
         raise DecisionError(f"action {rec['action']!r}: use one of {ACTIONS}")
-    out = {"time": rec.get("time") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-           "reviewer": rec["reviewer"].strip(), "kind": rec["kind"], "item": rec["item"], "action": rec["action"],
-           "comment": str(rec.get("comment") or "")}
+    comment = rec.get("comment")
+    if comment is not None and not isinstance(comment, str):
+        raise DecisionError(f"field 'comment': must be a string, got {type(comment).__name__}")
+    if rec.get("edit") is not None and rec["action"] != "edit":
+        raise DecisionError(f"field 'edit' given with action {rec['action']!r}: only an edit carries one")
+    out = {"time": _time(rec.get("time")), "reviewer": rec["reviewer"].strip(), "kind": rec["kind"],
+           "item": rec["item"], "action": rec["action"], "comment": comment or ""}
     if rec["kind"] == "family_question":
         fid, _, task = rec["item"].partition("/")
-        if not fid or task not in TASKS:
-            raise DecisionError(f"item {rec['item']!r}: a family question is FAMILY/TASK, TASK one of {TASKS}")
+        if not fid or task not in mcq_tasks():
+            raise DecisionError(f"item {rec['item']!r}: a family question is FAMILY/TASK, TASK one of {mcq_tasks()}")
     if rec["action"] == "edit":
+        e = rec.get("edit")
+        if (e is not None or rec["kind"] == "question") and not isinstance(e, dict):
+            raise DecisionError(f"field 'edit': must be an object with question, options"
+                                f"{', answer' if rec['kind'] == 'question' else ''}, got {type(e).__name__}")
         if rec["kind"] == "family_question":
             out["edit"] = _family_edit(rec.get("edit"))
         elif rec["kind"] != "question":
@@ -89,12 +117,15 @@ def _options(e: dict) -> list[str]:
     return [o.strip() for o in opts]
 
 
-def _question_edit(e) -> dict:
-    e = e if isinstance(e, dict) else {}
+def _question_edit(e: dict) -> dict:
+    extra = set(e) - {"question", "options", "answer"}
+    if extra:
+        raise DecisionError(f"edit: unknown fields {sorted(extra)} (a question edit has question, options, answer)")
     q, opts = _question_text(e), _options(e)
-    if e.get("answer") not in LETTERS:
-        raise DecisionError("edit.answer must be one of A, B, C, D")
-    return {"question": q, "options": opts, "answer": e["answer"]}
+    a = e.get("answer")
+    if not (isinstance(a, str) and a in tuple(LETTERS)):  # a tuple: "AB" in "ABCD" would pass
+        raise DecisionError(f"edit.answer {a!r}: must be one of the letters A, B, C, D")
+    return {"question": q, "options": opts, "answer": a}
 
 
 def _family_edit(e) -> dict:
@@ -133,6 +164,7 @@ class Review:
     final: dict[tuple[str, str], dict] = field(default_factory=dict)  # (kind, item) -> newest decision
     history: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
+    _orders: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict, repr=False)
 
     @property
     def conflicts(self) -> list[dict]:
@@ -151,41 +183,112 @@ class Review:
         d = self.final.get((kind, item))
         return d["action"] if d else "unreviewed"
 
-    def counts(self) -> dict:
-        c = {"reviewed": len(self.final), "accepted": 0, "edited": 0, "rejected": 0}
-        for d in self.final.values():
-            c[{"accept": "accepted", "edit": "edited", "reject": "rejected"}[d["action"]]] += 1
+    def counts(self, known=None) -> dict:
+        """Reviewed/accepted/edited/rejected over the items `known(kind, item)` accepts (all
+        when None): decisions on items a dataset does not have are never counted."""
+        c = {"reviewed": 0, "accepted": 0, "edited": 0, "rejected": 0}
+        for (kind, item), d in self.final.items():
+            if known is None or known(kind, item):
+                c["reviewed"] += 1
+                c[{"accept": "accepted", "edit": "edited", "reject": "rejected"}[d["action"]]] += 1
         return c
 
+    def unknown(self, known) -> list[str]:
+        """'KIND ITEM' of every decided item that `known(kind, item)` does not accept."""
+        return sorted(f"{kind} {item}" for kind, item in self.final if not known(kind, item))
 
-def load(path: str | Path) -> Review:
-    rv = Review()
-    path = Path(path)
-    if not path.is_file():
-        return rv
-    order = []
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    def add(self, n: int, rec: dict) -> None:
+        """Fold in line n; the newest time wins, file order breaks ties (as a full sort would)."""
+        key = (rec["kind"], rec["item"])
+        order = (rec["time"], n)
+        orders = self._orders.setdefault(key, [])
+        i = bisect.bisect(orders, order)
+        orders.insert(i, order)
+        self.history.setdefault(key, []).insert(i, rec)
+        self.final[key] = self.history[key][-1]
+
+    def copy(self) -> "Review":
+        return Review(dict(self.final), {k: list(v) for k, v in self.history.items()}, list(self.bad_lines),
+                      {k: list(v) for k, v in self._orders.items()})
+
+
+class _Reader:
+    """Reads a decisions file incrementally: each call parses only the bytes appended since the
+    last, so the review page's state requests do not re-parse the whole log. A file that shrank
+    or was replaced is read again from the start."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._reset()
+
+    def _reset(self):
+        self.review, self.offset, self.lineno, self.ident = Review(), 0, 0, None
+        self.parsed_lines = 0  # lines parsed in total (tests check the incremental reading)
+
+    def update(self) -> Review:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._reset()
+            return self.review
+        if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.offset:
+            self._reset()
+            self.ident = (st.st_dev, st.st_ino)
+        if st.st_size > self.offset:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                blob = f.read(st.st_size - self.offset)
+            end = blob.rfind(b"\n") + 1  # a line still being written waits for its newline
+            for raw in blob[:end].split(b"\n")[:-1]:
+                self.lineno += 1
+                self._line(self.lineno, raw)
+            self.offset += end
+        return self.review
+
+    def _line(self, n: int, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace")
         if not line.strip():
-            continue
+            return
+        self.parsed_lines += 1
         try:
             rec = validate(json.loads(line))
         except (json.JSONDecodeError, DecisionError) as err:
-            rv.bad_lines.append((n, f"{path}: line {n}: {err}"))
-            continue
-        order.append((rec["time"], n, rec))
-    for _, _, rec in sorted(order, key=lambda x: (x[0], x[1])):  # newest wins; file order breaks ties
-        key = (rec["kind"], rec["item"])
-        rv.history.setdefault(key, []).append(rec)
-        rv.final[key] = rec
-    return rv
+            self.review.bad_lines.append((n, f"{self.path}: line {n}: {err}"))
+            return
+        self.review.add(n, rec)
+
+    def snapshot(self) -> Review:
+        """The state including a last line without its newline (a cut-off write is reported)."""
+        rv = self.review.copy()
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                tail = f.read()
+        except FileNotFoundError:
+            return rv
+        if tail.strip():
+            n = self.lineno + 1
+            try:
+                rv.add(n, validate(json.loads(tail.decode("utf-8", errors="replace"))))
+            except (json.JSONDecodeError, DecisionError) as err:
+                rv.bad_lines.append((n, f"{self.path}: line {n}: {err}"))
+        return rv
+
+
+def load(path: str | Path) -> Review:
+    r = _Reader(Path(path))
+    r.update()
+    return r.snapshot()
 
 
 class DecisionLog:
-    """Appends decisions, one fsynced line each; safe across the server's threads."""
+    """Appends decisions, one fsynced line each; safe across the server's threads. `review()`
+    reads the file incrementally (only lines appended since the last call are parsed)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._reader = _Reader(self.path)
 
     def append(self, rec: dict) -> dict:
         rec = validate(rec)
@@ -200,4 +303,9 @@ class DecisionLog:
 
     def review(self) -> Review:
         with self._lock:
-            return load(self.path)
+            self._reader.update()
+            return self._reader.snapshot()
+
+    @property
+    def parsed_lines(self) -> int:
+        return self._reader.parsed_lines

@@ -8,23 +8,37 @@ starts in about a second, and is keyboard-first (see page.html for the keys). Bo
 A v2 dataset (family columns set) is reviewed by contrast family: GET /api/family/FAMILY_ID
 gives the four variants side by side and each shared question once with every variant's key;
 decisions on a family, a variant (kind scene) or a family question (FAMILY/TASK). A v1 dataset
-keeps the per-scene view (GET /api/scene/SCENE_ID)."""
+keeps the per-scene view (GET /api/scene/SCENE_ID).
+
+Writes are for the page this server served, nothing else: a POST must carry this server's own
+Host (and Origin, when the browser sends one), a JSON content type and the per-session token
+embedded in the page, so another site open in the reviewer's browser, or a DNS-rebinding page,
+cannot write decisions; every request must name this server as its Host. Bodies over 1 MB
+are refused with 413, malformed ones with a 400 naming the field. No absolute path is served."""
 from __future__ import annotations
 
 import functools
+import hmac
+import ipaddress
 import json
 import re
+import secrets
+import socket
+import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ..build import TASK_CONFIGS
+from ..contract import mcq_configs, mcq_tasks
 from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, validate,
                         variant_question_error)
 
 FAMILY_COLS = ("family_id", "variant", "family_shape", "slot_kind", "speech_version", "fill")
 STEMS = ("audio", "background", "speech", "events")
 PAGE = Path(__file__).with_name("page.html")
+MAX_BODY = 1 << 20  # a decision is a few hundred bytes; an edit a few kB
+TOKEN_HEADER = "X-CASU-Token"
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
 class ReviewError(ValueError):
@@ -39,16 +53,16 @@ class ReviewData:
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
-        self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes").to_pylist()}
+        self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes", use_threads=False).to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
         self.question_rows: dict[str, dict] = {}
-        for c in TASK_CONFIGS:
+        for c in mcq_configs():
             files = sorted((self.root / c).glob("*.parquet"))
             if files:
                 names = set(pq.read_schema(files[0]).names)  # v1 folders have no family columns
                 cols = ["id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
                         "minimal_pair_id", *(f for f in FAMILY_COLS if f in names)]
-                for r in pq.read_table(self.root / c, columns=cols).to_pylist():
+                for r in pq.read_table(self.root / c, columns=cols, use_threads=False).to_pylist():
                     self.questions.setdefault(r["scene_id"], []).append(r)
                     self.question_rows[r["id"]] = r
         self.question_ids = set(self.question_rows)
@@ -83,10 +97,20 @@ class ReviewData:
                               "status": rv.status("scene", sid)} for sid in sids],
                 "questions": [{"item": item, "task": item.split("/", 1)[1],
                                "status": rv.status("family_question", item)} for item in self._family_items(fid)]})
-        return {"reviewer": reviewer, "dataset": str(self.root), "decisions_file": str(self.log.path),
-                "scenes": scenes, "families": families, "tasks": list(TASK_CONFIGS),
+        unknown = rv.unknown(self.known)
+        warnings = [m.replace(str(self.log.path), self.log.path.name) for _, m in rv.bad_lines]
+        if unknown:
+            warnings.append(f"{len(unknown)} decision(s) on items not in this dataset (not counted, not applied): "
+                            + ", ".join(unknown[:20]) + (" ..." if len(unknown) > 20 else ""))
+        # names only: the page never needs (and a reader of it should not learn) absolute paths
+        return {"reviewer": reviewer, "dataset": self.root.name, "decisions_file": self.log.path.name,
+                "scenes": scenes, "families": families, "tasks": list(mcq_tasks()),
                 "places": sorted({s["place"] for s in scenes}),
-                "warnings": [m for _, m in rv.bad_lines], "conflicts": rv.conflicts, "counts": rv.counts()}
+                "warnings": warnings, "conflicts": rv.conflicts, "counts": rv.counts(self.known)}
+
+    def known(self, kind: str, item: str) -> bool:
+        return item in {"scene": self.scenes, "question": self.question_ids, "family": self.families,
+                        "family_question": self.family_questions}.get(kind, ())
 
     def scene(self, sid: str) -> dict:
         s = self.scenes.get(sid)
@@ -106,7 +130,7 @@ class ReviewData:
                 "status": rv.status("scene", sid), "decision": rv.final.get(("scene", sid)), "questions": qs}
 
     def _family_items(self, fid: str) -> list[str]:
-        return [f"{fid}/{t}" for t in TASK_CONFIGS if f"{fid}/{t}" in self.family_questions]
+        return [f"{fid}/{t}" for t in mcq_tasks() if f"{fid}/{t}" in self.family_questions]
 
     def family(self, fid: str) -> dict:
         """One family for the side-by-side view: its variants, its speech (one entry per speech
@@ -156,9 +180,7 @@ class ReviewData:
         """A valid decision on an item of this dataset, or DecisionError saying why not."""
         rec = validate(body)
         kind, item = rec["kind"], rec["item"]
-        known = {"scene": self.scenes, "question": self.question_ids, "family": self.families,
-                 "family_question": self.family_questions}[kind]
-        if item not in known:
+        if not self.known(kind, item):
             raise DecisionError(f"{kind} {item!r} is not in this dataset")
         if kind == "question":
             q = self.question_rows[item]
@@ -184,7 +206,52 @@ class ReviewData:
         return self.scenes[sid][stem]["bytes"]
 
 
-def make_handler(data: ReviewData, reviewer: str):
+def _split_host(value: str) -> tuple[str, int | None]:
+    """'name:port', '[v6]:port' or 'name' -> (lower-case name, port or None)."""
+    m = re.fullmatch(r"\[([0-9a-fA-F:.]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", value.strip())
+    if not m:
+        return "", None
+    name = (m.group(1) or m.group(3) or "").lower()
+    port = m.group(2) or m.group(4)
+    return name, int(port) if port else None
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def own_host_names(bind: str) -> set[str]:
+    """Names a browser may use for this server. IP literals are always its own (a DNS-rebinding
+    page arrives under the attacker's domain name, never an IP); names are this machine's only."""
+    names = set(LOOPBACK_NAMES) | {bind.lower()}
+    if not is_loopback(bind):
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return names
+
+
+def host_ok(value: str | None, names: set[str], port: int) -> bool:
+    if not value:
+        return False
+    name, p = _split_host(value)
+    if p is not None and p != port:
+        return False
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
+def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "127.0.0.1"):
+    names = own_host_names(bind)
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):  # quiet: the terminal shows only errors
             pass
@@ -194,17 +261,33 @@ def make_handler(data: ReviewData, reviewer: str):
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
             self.end_headers()
             self.wfile.write(body)
 
         def _json(self, obj, code=HTTPStatus.OK):
             self._send(code, json.dumps(obj, ensure_ascii=False).encode(), "application/json")
 
+        def _refuse(self, code, msg: str):
+            self.close_connection = True  # the unread body (if any) must not be taken for a request
+            return self._json({"error": msg}, code)
+
+        def _foreign_host(self) -> str | None:
+            port = self.server.server_address[1]
+            host = self.headers.get("Host")
+            if not host_ok(host, names, port):
+                return f"Host {host!r} is not this review server's (DNS rebinding?); open http://127.0.0.1:{port}/"
+            return None
+
         def do_GET(self):
+            why = self._foreign_host()
+            if why:
+                return self._refuse(HTTPStatus.FORBIDDEN, why)
             path = self.path.split("?", 1)[0]
             try:
                 if path == "/":
-                    return self._send(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
+                    page = PAGE.read_text(encoding="utf-8").replace("{{CASU_TOKEN}}", token)
+                    return self._send(HTTPStatus.OK, page.encode(), "text/html; charset=utf-8")
                 if path == "/api/state":
                     return self._json(data.state(reviewer))
                 if m := re.fullmatch(r"/api/scene/([\w\-.]+)", path):  # family variants: FAMILY.VARIANT
@@ -221,17 +304,56 @@ def make_handler(data: ReviewData, reviewer: str):
                 return self._json({"error": f"not found: {err}"}, HTTPStatus.NOT_FOUND)
             self._json({"error": f"no such page: {path}"}, HTTPStatus.NOT_FOUND)
 
+        def _write_refusal(self) -> tuple[int, str] | None:
+            """Why this POST may not write (status, message), before its body is read."""
+            why = self._foreign_host()
+            if why:
+                return HTTPStatus.FORBIDDEN, why
+            port = self.server.server_address[1]
+            origin = self.headers.get("Origin")
+            if origin is not None:
+                m = re.fullmatch(r"https?://(.+)", origin.strip())
+                if not m or not host_ok(m.group(1), names, port):
+                    return HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not this review server: cross-site writes " \
+                                                 "are refused"
+            if (self.headers.get("Sec-Fetch-Site") or "same-origin") not in ("same-origin", "none"):
+                return HTTPStatus.FORBIDDEN, f"Sec-Fetch-Site {self.headers['Sec-Fetch-Site']!r}: cross-site " \
+                                             "writes are refused"
+            ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type {ctype or '(none)'!r}: a decision is " \
+                                                          "sent as application/json"
+            if not hmac.compare_digest((self.headers.get(TOKEN_HEADER) or "").encode(), token.encode()):
+                return HTTPStatus.FORBIDDEN, f"header {TOKEN_HEADER} is missing or wrong: decisions are " \
+                                             "accepted only from the page this server served (reload it)"
+            length = self.headers.get("Content-Length")
+            if length is None:
+                return HTTPStatus.LENGTH_REQUIRED, "Content-Length is required"
+            if not re.fullmatch(r"\d{1,18}", length.strip()):
+                return HTTPStatus.BAD_REQUEST, f"Content-Length {length!r} is not a byte count"
+            if int(length) > MAX_BODY:
+                return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {int(length)} bytes: a decision is at most " \
+                                                            f"{MAX_BODY} bytes"
+            return None
+
         def do_POST(self):
             if self.path != "/api/decision":
-                return self._json({"error": f"no such endpoint: {self.path}"}, HTTPStatus.NOT_FOUND)
+                return self._refuse(HTTPStatus.NOT_FOUND, f"no such endpoint: {self.path}")
+            refusal = self._write_refusal()
+            if refusal:
+                return self._refuse(*refusal)
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                body = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+                return self._json({"error": f"body: not JSON ({err})"}, HTTPStatus.BAD_REQUEST)
+            try:
                 if not isinstance(body, dict):
-                    raise DecisionError("a decision must be a JSON object")
+                    raise DecisionError(f"body: a decision must be a JSON object, got {type(body).__name__}")
                 body.setdefault("reviewer", reviewer)
                 body.pop("time", None)  # the server stamps the time
                 rec = data.log.append(data.check_decision(body))
-            except (DecisionError, json.JSONDecodeError, ValueError) as err:
+            except DecisionError as err:
                 return self._json({"error": str(err)}, HTTPStatus.BAD_REQUEST)
             self._json({"ok": True, "saved": rec})
 
@@ -239,6 +361,15 @@ def make_handler(data: ReviewData, reviewer: str):
 
 
 def serve(dataset: str | Path, host: str = "127.0.0.1", port: int = 8765, reviewer: str = "reviewer"):
+    """The review server (not started) and its data; a per-session token goes into the page."""
     data = ReviewData(dataset)
-    srv = ThreadingHTTPServer((host, port), make_handler(data, reviewer))
+    token = secrets.token_urlsafe(32)
+    srv = ThreadingHTTPServer((host, port), make_handler(data, reviewer, token, host))
+    srv.token = token
+    if not is_loopback(host):
+        bar = "!" * 78
+        print(f"{bar}\nWARNING: the review server listens on {host}:{srv.server_address[1]}, not only on this "
+              "machine.\nAnyone who can reach that address can read the dataset and, with the page's token, "
+              "write decisions.\nUse the default --host 127.0.0.1 (and an SSH tunnel for remote review) unless "
+              f"this network is trusted.\n{bar}", file=sys.stderr, flush=True)
     return srv, data

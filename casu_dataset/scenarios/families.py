@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..script import ScriptError, SceneScript, parse_script
-from .library import LAYER_NAMES, LETTERS, TASKS, LibraryError, Question, Scene
+from .library import LAYER_NAMES, LETTERS, LibraryError, Question, Scene, TaskName
 
 DEFAULT_V2_DIR = Path(__file__).parent / "casu_mini_v2"
 DEFAULT_WINDOW_S = 4.0
@@ -41,7 +41,7 @@ class Fill(_Strict):
 
 
 class FamilyQuestion(_Strict):
-    task: Literal[TASKS]  # type: ignore[valid-type]
+    task: TaskName
     q: str
     options: dict[str, str]
     why: dict[str, str]

@@ -11,16 +11,32 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..contract import DATASET_LETTERS, mcq_tasks
 from ..script import ScriptError, SceneScript, parse_script
 
-TASKS = ("contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning")
 LAYER_NAMES = ("speech", "event", "background")
-LETTERS = "ABCD"
+LETTERS = DATASET_LETTERS
+
+
+def __getattr__(name):  # TASKS: the registry's multiple-choice tasks at the time of the lookup
+    if name == "TASKS":
+        return mcq_tasks()
+    raise AttributeError(name)
+
+
+def check_task(v: str) -> str:
+    """A pydantic validator: a multiple-choice task of the registry (casu_dataset.contract)."""
+    if v not in mcq_tasks():
+        raise ValueError(f"unknown task {v!r}; tasks: {', '.join(mcq_tasks())}")
+    return v
+
+
+TaskName = Annotated[str, AfterValidator(check_task)]
 DEFAULT_DIR = Path(__file__).parent / "casu_mini"
 
 
@@ -34,7 +50,7 @@ class _Strict(BaseModel):
 
 class AuthoredQuestion(_Strict):
     id: str
-    task: Literal[TASKS]  # type: ignore[valid-type]
+    task: TaskName
     q: str
     correct: str
     distractors: list[str] = Field(min_length=3, max_length=3)
@@ -155,7 +171,7 @@ def compile_library(folder: str | Path = DEFAULT_DIR, skipped: list[dict] | None
             seen[sid] = f
     # Balanced letters: per task, questions sorted by a hash of their id take A, B, C, D in turn.
     letters: dict[str, str] = {}
-    for task in TASKS:
+    for task in mcq_tasks():
         qids = sorted((f"{s.id}/{q.id}" for _, s in authored for q in s.questions if q.task == task),
                       key=lambda k: hashlib.sha256(k.encode()).hexdigest())
         for k, qid in enumerate(qids):

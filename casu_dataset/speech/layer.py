@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import soundfile as sf
 
 from .. import atomic
 from ..audio_io import wav_bytes
+from ..contract import cache_root, derive_rng
 from ..script import SceneScript, Speaker
 from .engines import EngineError, get_engine
 from .pitch import median_f0, semitones
@@ -31,7 +31,7 @@ SPEECH_CACHE_VERSION = 2  # 2: deterministic WAV bytes
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
+    return cache_root()
 
 
 class VoiceAssignmentError(ValueError):
@@ -121,8 +121,7 @@ def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth
     base voices when any exist, otherwise same-base pairs at least MIN_SEMITONES apart in
     measured median pitch."""
     # rng_key: a contrast family's variants share one, so their speakers get the same voices.
-    h = int(hashlib.sha256((rng_key or script.id).encode()).hexdigest()[:8], 16)
-    rng = np.random.default_rng([int(seed), h, 0x70CE])
+    rng = derive_rng(seed, rng_key or script.id, 0x70CE, nbytes=4, byteorder="big")
     exclude = exclude or {}
     pools = []
     for sp in script.speakers:

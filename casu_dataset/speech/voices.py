@@ -8,12 +8,12 @@ lists the seeds it used, so every identity is reproducible and stable.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import soxr
 
+from ..contract import derive_rng
 from .engines import EngineError, check_text, get_engine
 
 PITCH_RANGE_ST = (-3.0, 3.0)     # seeded shifts for derived adult voices
@@ -47,7 +47,7 @@ class Voice:
 def derive(base: Voice, seed: int, age: str | None = None, vid: str | None = None) -> Voice:
     """A new identity from `base`: pitch and tempo drawn from the seed within the ranges above."""
     age = age or base.age
-    rng = np.random.default_rng([seed, int(hashlib.sha256(base.id.encode()).hexdigest()[:8], 16)])
+    rng = derive_rng(seed, base.id, nbytes=4, byteorder="big")
     lo, hi = CHILD_PITCH_ST if age == "child" else PITCH_RANGE_ST
     pitch = float(np.round(rng.uniform(lo, hi), 2))
     if age != "child" and abs(pitch) < 1.0:  # too close to the base to be a new identity

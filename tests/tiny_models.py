@@ -1,6 +1,6 @@
 """Random-weight checkpoints of each supported architecture, built offline from configs.
 
-Tests and benchmarks use them to run an adapter's real path (folder -> processor -> generate
+Test fixtures (moved out of the installed package): tests and benchmarks/gpu_adapters.py use them to run an adapter's real path (folder -> processor -> generate
 -> decode) without downloading weights. `size="tiny"` is 2 layers and a byte-level vocabulary
 (seconds on CPU); random weights produce arbitrary text, so they test plumbing, batching and
 determinism, never audio understanding.

@@ -1,0 +1,79 @@
+"""Who builds the scenes: this process, `num_proc` spawned workers, or Ray (ray_executor.py).
+Every executor only fills the scene cache; build.py then assembles the folder from the cache in a
+fixed order, so every executor writes the same bytes."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .scene_cache import build_scene
+
+EXECUTORS = ("local", "ray")
+
+
+def build_units(scenes: list) -> dict[str, list]:
+    """Units of work by key: a contrast family's variants together (key: family id), any other
+    scene alone (key: scene id)."""
+    units: dict[str, list] = {}
+    for s in sorted(scenes, key=lambda s: s.script.id):
+        units.setdefault(getattr(s, "family_id", "") or s.script.id, []).append(s)
+    return units
+
+
+def build_unit(unit: list, seed: int, builder, cache_dir: Path,
+               touched: list | None = None) -> dict[str, tuple[dict, bool]]:
+    """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain."""
+    if getattr(unit[0], "family_id", ""):
+        from .family_build import build_family
+        return build_family(unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched))
+    (scene,) = unit
+    return {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
+
+
+def prebuild(units: list, seed: int, cache_dir: Path, executor: str = "local", num_proc: int = 1,
+             builder_spec: dict | None = None, progress: bool = True, ray_options: dict | None = None) -> None:
+    """Fill the scene cache ahead of assembly ("ray", or "local" with num_proc > 1); a no-op for
+    a single local process (build.py builds each unit as it assembles)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: expected local or ray")
+    if executor == "ray":
+        if builder_spec is None:
+            raise ValueError("--executor ray needs a builder spec (workers construct their own models)")
+        from .ray_executor import prebuild_ray
+        prebuild_ray(units, seed, builder_spec, cache_dir, progress=progress, **(ray_options or {}))
+    elif num_proc > 1:
+        if builder_spec is None:
+            raise ValueError("--num-proc > 1 needs a builder spec (workers construct their own models)")
+        _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, progress)
+
+
+_POOL_STATE: dict = {}
+
+
+def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
+    from .realize import make_builder
+    # torch keeps its default thread count: its GEMM results depend on it, and retrieval
+    # scores are recorded in the annotation. Only Whisper's threads are split (spec).
+    _POOL_STATE.update(builder=make_builder(spec), seed=seed, cache_dir=cache_dir)
+
+
+def _pool_build(unit):
+    st = _POOL_STATE
+    try:
+        build_unit(unit, st["seed"], st["builder"], st["cache_dir"])
+        return None
+    except Exception as err:  # reported again, with the same reason, when the parent assembles
+        return f"{type(err).__name__}: {err}"
+
+
+def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, progress) -> None:
+    """Fill the scene cache with worker processes, then the parent assembles the folder from
+    the cache in a fixed order, so the output is identical to num_proc=1. Workers are spawned,
+    not forked: torch's and ctranslate2's thread pools deadlock in a forked child."""
+    import multiprocessing as mp
+    from tqdm import tqdm
+    spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
+    with mp.get_context("spawn").Pool(num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)) as pool:
+        for _ in tqdm(pool.imap_unordered(_pool_build, scenes), total=len(scenes), desc="scenes (parallel)",
+                      disable=not progress):
+            pass

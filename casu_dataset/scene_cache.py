@@ -1,0 +1,98 @@
+"""The build's scene cache: each built scene stored under a content key of everything that
+determines it (script, seed, mix settings, retrieval settings, catalog, voices, and the source of
+the code that renders a scene), so an interrupted build resumes where it stopped and a rebuild
+with the same inputs writes byte-identical files. A scene is written to `<key>.tmpPID/` and
+renamed into place; `clean_scene_cache` removes the folders of killed writers."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from . import __version__, atomic
+from .audio_io import encode_flac
+from .contract import cache_root, content_key
+
+BUILD_CACHE_VERSION = 1
+# The code that turns a script into audio: a change to any of these files changes every scene
+# key, so a mixer fix can never be served stale scenes from the cache. Retrieval and catalog
+# code is in too: it decides which clip a layer gets; the contract holds the seeded streams.
+RENDER_SOURCES = ("mixer.py", "timeline.py", "loudness.py", "audio_io.py", "source_check.py", "realize.py",
+                  "retrieval.py", "catalog.py", "contract.py", "speech/*.py")
+_CODE_ROOT = Path(__file__).parent
+STEMS = ("mixture", "background", "speech", "events")
+
+
+def build_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """`<cache>/build` (default cache: contract.cache_root())."""
+    return Path(cache_dir or cache_root()) / "build"
+
+
+@functools.lru_cache(maxsize=4)
+def code_hash(root: Path = _CODE_ROOT) -> str:
+    """sha256 over the RENDER_SOURCES under `root` (names and bytes); computed once per process."""
+    h = hashlib.sha256()
+    for pattern in RENDER_SOURCES:
+        for f in sorted(root.glob(pattern)):
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
+    """`settings`: a contrast-family variant's shared {rng_key, turn_reserve, clip_gain}."""
+    r = builder.retriever
+    parts = [BUILD_CACHE_VERSION, __version__, code_hash(_CODE_ROOT), scene.script.to_dict(), int(seed),
+             builder.mix_config.model_dump(mode="json"), r.alpha, r.embedder.model_name,
+             r.catalog.fingerprint(), [v.to_dict() for v in builder.registry.voices],
+             builder.checker is not None, builder.max_wer]
+    if settings:
+        parts.append(settings)
+    ann = r.index_settings() if hasattr(r, "index_settings") else None
+    if ann:  # big catalogs searched through the faiss index: its settings decide the candidates too
+        parts.append(ann)
+    return content_key(parts)
+
+
+def build_scene(scene, seed: int, builder, cache_dir: Path, settings: dict | None = None,
+                touched: list | None = None) -> tuple[dict, bool]:
+    """{annotation, flac: {mixture, background, speech, events}} for one scene, from cache if present.
+    `touched` (a list) collects the cache keys used (the Ray executor ships those entries)."""
+    d = cache_dir / "scenes" / scene_key(scene, seed, builder, settings)
+    if touched is not None:
+        touched.append(d.name)
+    if (d / "done").is_file():
+        ann = json.loads((d / "annotation.json").read_text())
+        flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
+        return {"annotation": ann, "flac": flac}, True
+    res = builder.build(scene.script, seed, **(settings or {}))
+    flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
+    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "annotation.json").write_text(json.dumps(res.annotation, sort_keys=True))
+    for k, b in flac.items():
+        (tmp / f"{k}.flac").write_bytes(b)
+    (tmp / "done").write_text("ok")
+    if d.exists():  # a concurrent build finished the same scene first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.replace(d)
+    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}, False
+
+
+_SCENE_TMP = re.compile(r"^[0-9a-f]{32}\.tmp(\d+)$")
+
+
+def clean_scene_cache(cache_dir: Path) -> list[Path]:
+    """Remove `<key>.tmpPID` folders of scene writes whose process is gone (killed builds)."""
+    d = cache_dir / "scenes"
+    if not d.is_dir():
+        return []
+
+    def pid_of(p: Path):
+        m = _SCENE_TMP.match(p.name)
+        return int(m.group(1)) if m else None
+    return atomic.clean_stale(d.iterdir(), pid_of)

@@ -1,0 +1,86 @@
+"""The builder/harness contract: registry, annotation reader, shared RNG kept bit-compatible."""
+import json
+
+import numpy as np
+import pytest
+
+from casu_dataset import contract
+
+
+def _draws(rng):
+    return rng.integers(0, 2**32, 3).tolist()
+
+
+def test_rng_streams_are_pinned():
+    # Numbers drawn by the pre-contract code (dataset 2.0.0): a change here changes every scene.
+    from casu_dataset.mixer import scene_rng
+    from harness.conditions import noise_rng
+    assert _draws(scene_rng(3, "park_01")) == [290725727, 1721567380, 757751983]
+    assert _draws(contract.derive_rng(3, "park_01/event:e1", 0x5EED, nbytes=4, byteorder="big")) == \
+        [2864405823, 2987071988, 1763231104]  # realize: retrieval tie-breaks
+    assert _draws(contract.derive_rng(3, "park_01", 0x70CE, nbytes=4, byteorder="big")) == \
+        [1231582514, 2700514821, 2836686789]  # speech layer: voice assignment
+    assert _draws(contract.derive_rng(3, "slt", nbytes=4, byteorder="big")) == \
+        [129784894, 2504085850, 3349034858]  # voices.derive
+    assert _draws(noise_rng(3, "park_01", "speech")) == [1415553754, 3403064759, 2226942706]  # masking noise
+    from model_adapters.baselines import RandomBaseline
+    from model_adapters.base import Request
+    req = Request(prompt="q?", options=list("abcd"), id="x1")
+    assert _draws(RandomBaseline(seed=3)._rng(req)) == [3662840721, 714283228, 238454932]  # random baseline
+    with pytest.raises(ValueError, match="Request.kind 'scene_description'"):  # adapters get a kind, not a task
+        Request(prompt="x", kind="scene_description")
+
+
+def test_registry_drives_configs():
+    assert contract.mcq_tasks() == ("contextual_reasoning", "entity_extraction", "role_inference",
+                                    "counterfactual_reasoning")
+    assert contract.dataset_configs()[0] == "scenes" and contract.dataset_configs()[-1] == "scene_description"
+    assert contract.get_task("role_inference").short == "Role"
+    with pytest.raises(contract.UnknownTaskError, match="unknown task 'nope'"):
+        contract.get_task("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        contract.register_task(contract.TaskSpec("role_inference", "R", "open", "x"))
+    assert contract.FULL_CONDITION == "PEB"
+
+
+def _ann(**kw):
+    a = {"format": contract.ANNOTATION_FORMAT, "version": 1, "scene_id": "s", "sample_rate": 10, "num_samples": 100,
+         "script": {"events": [{"window": 3.0}, {}]},
+         "plan": {"turns": [{"onset": 0.0, "offset": 2.0}, {"onset": 1.5, "offset": 3.0}],
+                  "events": [{"onset": 5.0, "offset": 6.0}, {"onset": 9.5, "offset": 12.0}],
+                  "rng_key": "fam", "turn_reserve": [2.0, 4.0]}}
+    a.update(kw)
+    return a
+
+
+def test_annotation_reader_spans_and_version():
+    a = contract.SceneAnnotation.parse(json.dumps(_ann()))
+    assert a.active_spans("speech") == [(0, 30)]
+    assert a.active_spans("speech", reserved=True) == [(0, 55)]
+    assert a.active_spans("events") == [(50, 60), (95, 100)]
+    assert a.active_spans("events", reserved=True) == [(50, 80), (95, 100)]
+    assert a.active_spans("background") == [(0, 100)] and a.family_key == "fam"
+    with pytest.raises(contract.AnnotationError, match="version 9 is not supported"):
+        contract.SceneAnnotation.parse(_ann(version=9), "scene x")
+    with pytest.raises(contract.AnnotationError, match="format"):
+        contract.SceneAnnotation.parse(_ann(format="other"))
+    with pytest.raises(contract.AnnotationError, match="missing or bad field"):
+        contract.SceneAnnotation.parse(_ann(plan={}))
+
+
+def test_cache_root_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("CASU_CACHE", str(tmp_path))
+    assert contract.cache_root() == tmp_path
+    monkeypatch.delenv("CASU_CACHE")
+    assert contract.cache_root().parts[-2:] == (".cache", "casu")
+
+
+def test_one_repo_id_check_for_dataset_and_results_push():
+    from casu_dataset.hub import HubError, check_repo_id
+    from harness.push import PushError, plan_push
+    assert check_repo_id("casu-org/casu-mini.v2") == "casu-org/casu-mini.v2"
+    for bad in ("noslash", "a/b/c", "org/na me", "org/-x", "org/a--b", "/x"):
+        with pytest.raises(HubError, match="ORG/NAME"):
+            check_repo_id(bad)
+    with pytest.raises(PushError, match="--repo 'org/a--b'"):  # the harness's push uses the same check
+        plan_push("unused", "org/a--b")

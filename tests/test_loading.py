@@ -1,0 +1,132 @@
+"""Reading a built dataset on a standard install (no torchcodec): plain `load_dataset` row access,
+iteration and filters, the default `all` config, `casu_dataset.load` items with decoded audio,
+its named errors, and parquet row groups sized for streaming."""
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+
+import casu_dataset
+from casu_dataset.contract import FAMILY_FIELDS, mcq_configs
+
+
+@pytest.fixture
+def no_torchcodec(monkeypatch):
+    """Make `import torchcodec` fail as on the standard (CPU torch) install, wherever this runs."""
+    monkeypatch.setitem(sys.modules, "torchcodec", None)
+
+
+def _counts(folder):
+    return {c: pq.read_table(str(folder / c), use_threads=False).num_rows for c in mcq_configs()}
+
+
+def test_rows_readable_without_torchcodec(casu_small, tmp_path, no_torchcodec):
+    import datasets
+    ds = datasets.load_dataset(str(casu_small), "contextual_reasoning", split="test", cache_dir=str(tmp_path))
+    assert ds.features["audio"].decode is False  # from the parquet schema, not a cast
+    row = ds[0]
+    assert row["question"] and len(row["options"]) == 4
+    assert set(row["audio"]) == {"bytes", "path"}
+    wav, sr = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
+    assert sr == 16000 and len(wav) > sr
+    ids = [r["id"] for r in ds]  # iteration reads the audio column too
+    assert len(ids) == len(ds) > 0
+    picked = ds.filter(lambda r: r["scene_id"] == row["scene_id"])
+    assert 0 < len(picked) <= len(ds) and all(r["scene_id"] == row["scene_id"] for r in picked)
+    sc = datasets.load_dataset(str(casu_small), "scenes", split="test", cache_dir=str(tmp_path))
+    assert all(set(sc[0][c]) == {"bytes", "path"} for c in ("audio", "background", "speech", "events"))
+
+
+def test_default_config_is_all_questions(casu_small, tmp_path, no_torchcodec):
+    import datasets
+    counts = _counts(casu_small)
+    ds = datasets.load_dataset(str(casu_small), split="test", cache_dir=str(tmp_path))  # no config named
+    assert len(ds) == sum(counts.values())
+    assert {r["task"] for r in ds} == {c for c, n in counts.items() if n}
+    named = datasets.load_dataset(str(casu_small), "all", split="test", cache_dir=str(tmp_path / "b"))
+    assert len(named) == len(ds)
+
+
+def test_load_items_decoded(casu_small, no_torchcodec):
+    items = casu_dataset.load(casu_small, "contextual_reasoning")
+    table = pq.read_table(str(casu_small / "contextual_reasoning"), use_threads=False).to_pylist()
+    assert [i.id for i in items] == [r["id"] for r in table]
+    it, row = items[0], table[0]
+    ref, sr = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
+    assert it.waveform.dtype == np.float32 and it.sample_rate == sr == 16000
+    np.testing.assert_array_equal(it.waveform, ref)
+    assert (it.question, it.options, it.key, it.scene_id) == (row["question"], row["options"], row["answer"],
+                                                              row["scene_id"])
+    assert it.options[it.key_index] and it.key in "ABCD"
+    assert all(hasattr(it, f) for f in FAMILY_FIELDS)
+    everything = casu_dataset.load(str(casu_small))  # default: every multiple-choice question
+    assert len(everything) == sum(_counts(casu_small).values())
+    desc = casu_dataset.load(str(casu_small), "scene_description")
+    assert desc and all(d.reference and not d.question for d in desc)
+
+
+def test_load_family_fields(tmp_path, session_cache):
+    """A v2 build of the two fixture contrast families: every item carries its family columns."""
+    from casu_dataset.build import build_dataset
+    from casu_dataset.catalog import Catalog
+    from casu_dataset.mixer import MixConfig
+    from casu_dataset.realize import SceneBuilder
+    from casu_dataset.retrieval import Retriever
+    from casu_dataset.scenarios.families import compile_families
+    from casu_dataset.speech.layer import SpeechSynth
+    from casu_dataset.speech.voices import VoiceRegistry
+    b = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=session_cache), SpeechSynth(session_cache),
+                     VoiceRegistry().available(), MixConfig(), None)
+    fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+    out = tmp_path / "v2"
+    build_dataset(out, compile_families(fixture), b, seed=0, cache_dir=session_cache, progress=False)
+    items = casu_dataset.load(out, "contextual_reasoning")
+    assert items and all(i.family_id and i.variant and i.family_shape for i in items)
+    assert len({i.family_id for i in items}) == 2
+    assert items[0].waveform.dtype == np.float32
+
+
+def test_load_named_errors(casu_small, tmp_path):
+    from casu_dataset.loading import ConfigNotFound, DatasetNotFound, LoadError, UnknownTask
+    with pytest.raises(DatasetNotFound, match="no_such_folder"):
+        casu_dataset.load(tmp_path / "no_such_folder", "contextual_reasoning")
+    with pytest.raises(UnknownTask, match="'nope'.*contextual_reasoning"):
+        casu_dataset.load(casu_small, "nope")
+    with pytest.raises(ConfigNotFound, match="split 'train'"):
+        casu_dataset.load(casu_small, "contextual_reasoning", split="train")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigNotFound, match="role_inference"):
+        casu_dataset.load(empty, "role_inference")
+    assert issubclass(ConfigNotFound, LoadError) and issubclass(LoadError, ValueError)
+
+
+def test_parquet_row_groups_of_100(tmp_path, casu_small):
+    from casu_dataset.build import write_parquet
+    rows = pq.read_table(str(casu_small / "contextual_reasoning"), use_threads=False).to_pylist()
+    many = [dict(rows[0], id=f"q{i}") for i in range(250)]
+    write_parquet(many, "contextual_reasoning", tmp_path / "a.parquet")
+    meta = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 50]
+    write_parquet(many, "contextual_reasoning", tmp_path / "b.parquet")
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+def test_eval_yaml_lists_the_tasks(casu_small):
+    import yaml
+    from casu_dataset.contract import mcq_tasks
+    root = Path(__file__).resolve().parents[1]
+    doc = yaml.safe_load((casu_small / "eval.yaml").read_text())
+    assert doc["name"] and doc["evaluation_framework"] == "casu-harness"
+    by_id = {t["id"]: t for t in doc["tasks"]}
+    assert set(by_id) == {*mcq_tasks(), "scene_description"} and len(mcq_tasks()) == 4
+    for tid, t in by_id.items():
+        assert t["split"] == "test" and (casu_small / t["config"]).is_dir()
+        # The metrics agree with the harness's task files (less the diagnostic unparsed_rate).
+        declared = yaml.safe_load((root / "tasks" / f"{tid}.yaml").read_text())["metrics"]
+        assert set(t["metrics"]) == set(declared) - {"unparsed_rate"}
+    assert "(eval.yaml)" in (casu_small / "README.md").read_text()

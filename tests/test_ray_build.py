@@ -1,0 +1,91 @@
+"""`build --executor ray` on a local 2-CPU Ray cluster: the same bytes as the local build, also when a
+worker process is killed mid-build, and a bad scene skipped with the same reason."""
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
+
+from casu_dataset.build import build_dataset  # noqa: E402
+from casu_dataset.realize import make_builder  # noqa: E402
+from casu_dataset.scenarios.families import compile_families  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+
+
+def _bytes(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spec(session_cache):
+    return {"cache": str(session_cache), "check_speech": False, "alpha": 0.6}  # no Whisper: fast
+
+
+def _build(out, scenes, spec, cache, executor="local"):
+    return build_dataset(out, scenes, make_builder(spec), seed=0, cache_dir=cache, progress=False,
+                         builder_spec=spec, executor=executor, max_skips=None, name="ray fixture")
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory, spec):
+    d = tmp_path_factory.mktemp("local")
+    rep = _build(d / "out", compile_families(FIXTURE), spec, d / "cache")
+    assert len(rep.built) == 8 and not rep.skipped
+    return d / "out", rep
+
+
+def test_ray_build_is_byte_identical(cluster, local, spec, tmp_path):
+    rep = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
+    assert rep.built == local[1].built and rep.cached == 8  # every scene came from the Ray-filled cache
+    assert _bytes(tmp_path / "out") == _bytes(local[0])
+
+
+def test_killed_worker_is_retried_and_output_identical(cluster, local, spec, tmp_path):
+    import psutil
+    killed, result = [], {}
+
+    def run():
+        result["rep"] = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.time() + 120
+    while not killed and t.is_alive() and time.time() < deadline:
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            if any("ray::build_task" in c for c in (p.info["cmdline"] or [])):
+                os.kill(p.info["pid"], signal.SIGKILL)  # a worker dies mid-task
+                killed.append(p.info["pid"])
+                break
+        time.sleep(0.05)
+    t.join(300)
+    assert killed, "no Ray worker was running a build task to kill"
+    assert result["rep"].built == local[1].built
+    assert _bytes(tmp_path / "out") == _bytes(local[0])
+
+
+def test_bad_scene_is_skipped_exactly_as_locally(cluster, spec, tmp_path):
+    scenes = copy.deepcopy(compile_families(FIXTURE))
+    bad = next(s for s in scenes if s.family_id == "fx_go_or_stay")
+    turns = list(bad.script.turns)
+    turns[0] = turns[0].model_copy(update={"text": "... !!!"})  # nothing pronounceable: the TTS refuses it
+    bad.script = bad.script.model_copy(update={"turns": turns})
+    a = _build(tmp_path / "a", scenes, spec, tmp_path / "ca")
+    b = _build(tmp_path / "b", scenes, spec, tmp_path / "cb", "ray")
+    assert len(a.skipped) == 4 and "nothing pronounceable" in a.skipped[0]["reason"]
+    assert b.skipped == a.skipped and b.built == a.built
+    assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
