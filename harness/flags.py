@@ -19,19 +19,8 @@ HUB_LOG_ARGS = {"hub_results_org": str, "hub_repo_name": str, "results_repo_name
 
 
 def _pairs(text: str, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise ValueError(f"{flag}: {part.strip()!r} is not key=value")
-        k, v = (s.strip() for s in part.split("=", 1))
-        if not k:
-            raise ValueError(f"{flag}: {part.strip()!r} has an empty key")
-        if k in out:
-            raise ValueError(f"{flag} {k}: given twice")
-        out[k] = v
-    return out
+    from model_adapters.base import parse_pairs
+    return parse_pairs(text, flag)
 
 
 def parse_gen_kwargs(text: str | dict | None) -> dict:

@@ -92,24 +92,29 @@ class Adapter:
         return hashlib.sha256(json.dumps(self.info(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def parse_model_args(text: str | None, raw: bool = False) -> dict:
-    """`k=v,k2=v2` (lm-eval's --model_args) -> dict with ints, floats and booleans converted
-    (`raw=True`: values stay strings, for `check_model_args` to type by the adapter)."""
-    out: dict = {}
-    if not text:
-        return out
-    for part in text.split(","):
+def parse_pairs(text: str | None, flag: str, error=ValueError) -> dict[str, str]:
+    """`k=v,k2=v2` -> {k: v} (strings), refusing a part without `=`, an empty key or a key given
+    twice; `flag` names the option in the error (`--model_args`, `--gen_kwargs`, ...)."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
         if not part.strip():
             continue
         if "=" not in part:
-            raise ModelArgsError(f"--model_args: {part.strip()!r} is not key=value")
+            raise error(f"{flag}: {part.strip()!r} is not key=value")
         k, v = (s.strip() for s in part.split("=", 1))
         if not k:
-            raise ModelArgsError(f"--model_args: {part.strip()!r} has an empty key")
+            raise error(f"{flag}: {part.strip()!r} has an empty key")
         if k in out:
-            raise ModelArgsError(f"--model_args {k}: given twice")
-        out[k] = v if raw else _auto(v)
+            raise error(f"{flag} {k}: given twice")
+        out[k] = v
     return out
+
+
+def parse_model_args(text: str | None, raw: bool = False) -> dict:
+    """`k=v,k2=v2` (lm-eval's --model_args) -> dict with ints, floats and booleans converted
+    (`raw=True`: values stay strings, for `check_model_args` to type by the adapter)."""
+    pairs = parse_pairs(text, "--model_args", ModelArgsError)
+    return pairs if raw else {k: _auto(v) for k, v in pairs.items()}
 
 
 def _auto(v: str):
