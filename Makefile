@@ -11,16 +11,16 @@ setup:
 # Builds CASU-mini v2 (128 contrast families, 512 scenes) into ./casu_mini, composes the example
 # scenes into ./demo_out, then evaluates, within 20 minutes on 2 cores from nothing:
 # - the offline cascade (Whisper tiny.en -> SmolLM2) on a documented subset of whole families
-#   (--limit 8: the first 2 families of each task; Whisper on every variant's mixture is the cost),
-# - the blind baseline (SmolLM2, question only) on the first 8 families of each task (it is 25% /
-#   0 family accuracy by construction on every family; all 1,112 questions take ~5 more minutes),
-# - the random baseline on every question and description (the request count is printed).
+#   (--limit 32: the first 8 families of each task; Whisper on every variant's mixture is the
+#   cost, ~1 s a request: all 1,624 would take about 27 minutes),
+# - the blind baseline (SmolLM2, question only) and the random baseline on every question (and
+#   description): the printed request counts equal the dataset's rows.
 # Results: demo_out/results/<model>/results_<date>.md. Every model output is cached: a rerun takes seconds.
 demo: setup
 	$(PY) -m casu_dataset build --out casu_mini --num-proc 2
 	$(PY) -m casu_dataset demo --out demo_out
-	$(PY) -m harness --model cascade --tasks all --limit 8 --dataset casu_mini --output_path demo_out/results --log_samples --quiet
-	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --limit 32 --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness --model cascade --tasks all --limit 32 --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --dataset casu_mini --output_path demo_out/results --log_samples --quiet
 	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
 	$(PY) -m harness table demo_out/results
 
