@@ -20,6 +20,7 @@ cache is scene_cache.py, the executors executor.py / ray_executor.py, the card c
 """
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import time
@@ -173,45 +174,68 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
     report = BuildReport()
     # Scripts that failed validation upstream are reported with the build (and in the card).
     report.skipped.extend(sorted(invalid or [], key=lambda s: s["scene_id"]))
+    # Rows go to the writer unit by unit (audio bytes included); only light() copies (no audio)
+    # stay in memory, for the review counts and the card: memory is flat in the number of scenes.
     rows = {c: [] for c in dataset_configs()}
+    from .review.decisions import decisions_path, load
+    rf = Path(review_file) if review_file else decisions_path(out)
+    rv = load(rf) if rf.is_file() else None
+    from .review.apply import apply_review
+    writer, written = FolderWriter(out), {c: [] for c in dataset_configs()}
     # A contrast family is one unit of work (and of sharding): all its variants or none.
     units = build_units(scenes)
     keep = set(shard_of(list(units), num_shards, shard_index))
     mine = [units[k] for k in sorted(keep)]
-    t0 = time.perf_counter()
-    prebuild(mine, seed, cache_dir, executor, num_proc, builder_spec, progress, ray_options)
-    for unit in tqdm(mine, desc="scenes", disable=not progress):
-        try:
-            built = build_unit(unit, seed, builder, cache_dir)
-        except Exception as err:  # one scene (or family) failing never stops the build; the reason is reported
-            reason = f"{type(err).__name__}: {err}"
-            report.skipped.extend({"scene_id": s.script.id, "reason": reason} for s in unit)
-            continue
-        for scene in unit:
-            b, hit = built[scene.script.id]
-            report.cached += hit
-            report.built.append(scene.script.id)
-            for c, r in _rows(scene, b).items():
-                rows[c].extend(r)
-    report.seconds["scenes"] = time.perf_counter() - t0
-    from .review.decisions import decisions_path, load
-    rf = Path(review_file) if review_file else decisions_path(out)
-    if rf.is_file():
-        rv = load(rf)
-        for _, msg in rv.bad_lines:
-            print(f"review: skipped {msg}")
-        from .review.apply import apply_review
-        report.review = apply_review(rows, rv)
-        for msg in report.review.get("refused", []):
-            print(f"review: refused {msg}")
-        for item in report.review.get("unknown", []):
-            print(f"review: not applied, not counted: {item} is not in this build")
-    check_writable(out, rows, report, max_skips)
-    t0 = time.perf_counter()
-    settings = build_settings(builder, seed, command, name)
-    write_folder(out, rows, report, settings)
+    try:
+        t0 = time.perf_counter()
+        prebuild(mine, seed, cache_dir, executor, num_proc, builder_spec, progress, ray_options)
+        for unit in tqdm(mine, desc="scenes", disable=not progress):
+            try:
+                built = build_unit(unit, seed, builder, cache_dir)
+            except Exception as err:  # one scene (or family) failing never stops the build; the reason is reported
+                reason = f"{type(err).__name__}: {err}"
+                report.skipped.extend({"scene_id": s.script.id, "reason": reason} for s in unit)
+                continue
+            unit_rows = {c: [] for c in dataset_configs()}
+            for scene in unit:
+                b, hit = built[scene.script.id]
+                report.cached += hit
+                report.built.append(scene.script.id)
+                for c, r in _rows(scene, b).items():
+                    unit_rows[c].extend(r)
+                    rows[c].extend(light(x) for x in r)
+            # Every decision's effect on a row depends on its unit alone (a family is one unit), so
+            # applying the decisions per unit keeps exactly the rows the whole-build call keeps.
+            if rv is not None:
+                apply_review(unit_rows, rv)
+            for c, r in unit_rows.items():
+                writer.add(c, r)
+                written[c].extend(_digest(light(x)) for x in r)
+        report.seconds["scenes"] = time.perf_counter() - t0
+        if rv is not None:
+            for _, msg in rv.bad_lines:
+                print(f"review: skipped {msg}")
+            report.review = apply_review(rows, rv)  # the counts, refusals and unknowns of the whole build
+            for msg in report.review.get("refused", []):
+                print(f"review: refused {msg}")
+            for item in report.review.get("unknown", []):
+                print(f"review: not applied, not counted: {item} is not in this build")
+        if any(written[c] != [_digest(r) for r in rows[c]] for c in rows):
+            raise RuntimeError("review decisions applied per unit and to the whole build disagree; nothing written")
+        check_writable(out, rows, report, max_skips)
+        t0 = time.perf_counter()
+        settings = build_settings(builder, seed, command, name)
+        writer.finish(rows, report, settings)
+    except BaseException:
+        writer.abort()
+        raise
     report.seconds["write"] = time.perf_counter() - t0
     return report
+
+
+def _digest(row: dict) -> str:
+    import hashlib
+    return hashlib.sha1(json.dumps(row, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | None) -> None:
@@ -231,7 +255,14 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
     raise err
 
 
-PARQUET = "test-00000-of-00001.parquet"
+PARQUET = "test-00000-of-00001.parquet"  # the name of a config written as one shard
+SHARD_ROWS = 1000                 # a shard closes at this many rows (a multiple of ROW_GROUP_SIZE) ...
+SHARD_BYTES = 256 * 1024 * 1024   # ... or once its row groups hold this many bytes (audio configs)
+AUDIO_COLUMNS = ("audio", "background", "speech", "events")
+
+
+def shard_name(index: int, count: int, split: str = "test") -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.parquet"
 
 
 def clean_folder_temps(out: Path) -> list[Path]:
@@ -241,38 +272,135 @@ def clean_folder_temps(out: Path) -> list[Path]:
     return atomic.clean_stale((p for p in out.rglob(".*.tmp*") if p.is_file()), atomic.tmp_pid)
 
 
+def light(row: dict) -> dict:
+    """A row without its audio bytes (the path stays): what the card and the review need."""
+    return {k: ({"bytes": None, "path": v["path"]} if k in AUDIO_COLUMNS and v else v) for k, v in row.items()}
+
+
+class FolderWriter:
+    """Streams a dataset folder's rows into parquet shards: rows are added in their final order,
+    written row group by row group (ROW_GROUP_SIZE rows) to hidden temp files, so memory holds
+    one row group per config, never the dataset. `finish` writes the card and renames every
+    file into place (the card last) and then removes shards of an older build that are no
+    longer part of the dataset; `abort` removes the temp files: a kill or an error before the
+    renames leaves the previous folder complete; a kill during the renames (microseconds) can
+    leave a mix of complete old and new files, never a truncated one."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.pending: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
+        self.shards: dict[str, list[Path]] = {c: [] for c in dataset_configs()}
+        self.open: dict[str, tuple] = {}  # config -> (ParquetWriter, rows, bytes) of its open shard
+        self.created: list[Path] = []     # folders this writer made (removed again by abort when empty)
+        self.started = False
+
+    def _mkdir(self, d: Path) -> None:
+        for p in reversed([d, *d.parents]):
+            if not p.exists():
+                p.mkdir()
+                self.created.append(p)
+
+    def _start(self) -> None:
+        if not self.started:
+            self._mkdir(self.out)
+            clean_folder_temps(self.out)
+            self.started = True
+
+    def add(self, config: str, rows: list[dict]) -> None:
+        for r in rows:
+            self.pending[config].append(r)  # _flush starts a new list
+            if len(self.pending[config]) == ROW_GROUP_SIZE:
+                self._flush(config)
+
+    def _flush(self, config: str, empty_ok: bool = False) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        buf = self.pending[config]
+        if not buf and not empty_ok:
+            return
+        self._start()
+        table = pa.Table.from_pylist(buf, schema=features(config).arrow_schema)
+        self.pending[config] = []
+        if config not in self.open:
+            tmp = atomic.tmp_path(self.out / config / f"shard{len(self.shards[config]):05d}.parquet")
+            self._mkdir(tmp.parent)
+            self.shards[config].append(tmp)
+            # FLAC bytes do not compress further; snappy keeps the text columns small and the write
+            # fast. pyarrow writes no timestamps, so the file is a pure function of its rows.
+            self.open[config] = (pq.ParquetWriter(str(tmp), table.schema, compression="snappy",
+                                                  write_statistics=False), 0, 0)
+        w, n, size = self.open[config]
+        w.write_table(table, row_group_size=ROW_GROUP_SIZE)
+        n, size = n + table.num_rows, size + table.nbytes
+        self.open[config] = (w, n, size)
+        if n >= SHARD_ROWS or size >= SHARD_BYTES:
+            self._close(config)
+
+    def _close(self, config: str) -> None:
+        w, _, _ = self.open.pop(config)
+        w.close()
+
+    def finish(self, rows: dict, report: BuildReport, settings: dict) -> None:
+        """`rows`: every config's rows as written (light() is enough): the card is made from them."""
+        self._start()
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for c in dataset_configs():
+                if self.pending[c] or not self.shards[c]:
+                    self._flush(c, empty_ok=True)  # an empty config is one empty shard, as load_dataset expects
+                if c in self.open:
+                    self._close(c)
+                n = len(self.shards[c])
+                staged += [(tmp, self.out / c / shard_name(i, n)) for i, tmp in enumerate(self.shards[c])]
+            card, attribution = dataset_card(rows, report, settings), attribution_file(rows)
+            # Timings vary run to run, so they are printed, not written: the folder stays byte-stable.
+            build_report = json.dumps({"settings": settings, "built": report.built, "skipped": report.skipped},
+                                      indent=1, sort_keys=True)
+            for fname, text in (("ATTRIBUTION.md", attribution), ("build_report.json", build_report),
+                                ("eval.yaml", eval_yaml(rows, settings)), ("README.md", card)):
+                staged.append((atomic.tmp_path(self.out / fname), self.out / fname))
+                staged[-1][0].write_text(text)
+            for tmp, _ in staged:  # on disk before any rename, so a crash cannot expose an empty file
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except BaseException:
+            self.abort()
+            raise
+        for tmp, final in staged:  # the card last: a folder with the new card has all the new files
+            os.replace(tmp, final)
+        finals = {final for _, final in staged}
+        for c in dataset_configs():  # shards of an older build with more of them
+            for old in (self.out / c).glob("test-*.parquet"):
+                if old not in finals:
+                    old.unlink()
+
+    def abort(self) -> None:
+        for c in list(self.open):
+            try:
+                self._close(c)
+            except Exception:  # noqa: BLE001  (a half-written temp is removed below either way)
+                pass
+        for tmps in self.shards.values():
+            for tmp in tmps:
+                tmp.unlink(missing_ok=True)
+        for d in reversed(self.created):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+
+
 def write_folder(out: Path, rows: dict, report: BuildReport, settings: dict) -> None:
-    """Write every file under a temp name first, then rename them all into place: a kill
-    during the (long) write leaves the previous folder complete; a kill during the renames
-    (microseconds) can leave a mix of complete old and new files, never a truncated one."""
-    out.mkdir(parents=True, exist_ok=True)
-    clean_folder_temps(out)
-    card, attribution = dataset_card(rows, report, settings), attribution_file(rows)
-    # Timings vary run to run, so they are printed, not written: the folder stays byte-stable.
-    build_report = json.dumps({"settings": settings, "built": report.built, "skipped": report.skipped},
-                              indent=1, sort_keys=True)
-    staged: list[tuple[Path, Path]] = []
+    """Write a folder from rows held in memory (small datasets, tests); builds and merges stream."""
+    w = FolderWriter(out)
     try:
         for c in dataset_configs():
-            final = out / c / PARQUET
-            staged.append((atomic.tmp_path(final), final))
-            write_parquet(rows[c], c, staged[-1][0])
-        for fname, text in (("ATTRIBUTION.md", attribution), ("build_report.json", build_report),
-                            ("eval.yaml", eval_yaml(rows, settings)), ("README.md", card)):
-            staged.append((atomic.tmp_path(out / fname), out / fname))
-            staged[-1][0].write_text(text)
-        for tmp, _ in staged:  # on disk before any rename, so a crash cannot expose an empty file
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            w.add(c, rows[c])
     except BaseException:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+        w.abort()
         raise
-    for tmp, final in staged:  # the card last: a folder with the new card has all the new files
-        os.replace(tmp, final)
+    w.finish(rows, report, settings)
 
 
 def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
@@ -289,16 +417,41 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
     for d, r in zip(shards, reports):
         if r["settings"] != settings:
             raise ValueError(f"{d}: built with different settings than {shards[0]}; shards cannot be merged")
+    files = {c: [sorted((Path(d) / c).glob("*.parquet")) for d in shards] for c in dataset_configs()}
+    # Pass 1 (no audio): the rows the card is made from. Stable by scene: a scene's rows are all
+    # in one shard and keep their order.
     rows = {}
-    for c in dataset_configs():
-        all_rows = []
-        for d in shards:
-            for f in sorted((Path(d) / c).glob("*.parquet")):
-                all_rows.extend(pq.read_table(str(f), use_threads=False).to_pylist())
-        # Stable by scene: a scene's rows are all in one shard and keep their order.
-        rows[c] = sorted(all_rows, key=lambda r: r["scene_id"])
+    for c, per_shard in files.items():
+        meta = [r for fs in per_shard for f in fs for r in pq.read_table(
+            str(f), columns=[n for n in features(c) if n not in AUDIO_COLUMNS], use_threads=False).to_pylist()]
+        rows[c] = sorted(meta, key=lambda r: r["scene_id"])
     report = BuildReport(built=sorted(b for r in reports for b in r["built"]),
                          skipped=sorted((s for r in reports for s in r["skipped"]), key=lambda s: s["scene_id"]))
     check_writable(out, rows, report, None)
-    write_folder(out, rows, report, settings)
+    # Pass 2: the full rows, one row group per shard folder at a time, merged in scene order.
+    writer = FolderWriter(out)
+    try:
+        for c, per_shard in files.items():
+            streams = [_stream_rows(d, fs) for d, fs in zip(shards, per_shard)]
+            writer.add(c, heapq.merge(*streams, key=lambda r: r["scene_id"]))
+        writer.finish(rows, report, settings)
+    except BaseException:
+        writer.abort()
+        raise
     return report
+
+
+def _stream_rows(folder, files: list[Path]):
+    """A shard folder's rows of one config, row group by row group; they must be in scene order
+    (as build_dataset writes them) for the merge to equal a single build."""
+    import pyarrow.parquet as pq
+    last = ""
+    for f in files:
+        pf = pq.ParquetFile(str(f))
+        for i in range(pf.num_row_groups):
+            for r in pf.read_row_group(i, use_threads=False).to_pylist():
+                if r["scene_id"] < last:
+                    raise ValueError(f"{folder}: {f.name}: rows are not in scene order ({r['scene_id']!r} after "
+                                     f"{last!r}); cannot merge it without reading it whole")
+                last = r["scene_id"]
+                yield r

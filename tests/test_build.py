@@ -201,14 +201,15 @@ KILL_DURING_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
 from casu_dataset import build
-real, calls = build.write_parquet, []
-def dying(rows, config, path):
-    real(rows, config, path)
+real, calls = build.FolderWriter._close, []
+def dying(self, config):
+    real(self, config)
     calls.append(config)
     if len(calls) == 2:
+        path = self.shards[config][-1]
         os.truncate(path, os.path.getsize(path) // 2)
         os.kill(os.getpid(), signal.SIGKILL)
-build.write_parquet = dying
+build.FolderWriter._close = dying
 build.merge_folders(sys.argv[1], [sys.argv[2]])
 """
 
@@ -371,3 +372,21 @@ def test_the_test_session_is_hermetic():
     tmp = Path(tempfile.gettempdir()).resolve()
     assert tmp in default_cache_dir().resolve().parents
     assert tmp in Path(datasets.config.HF_DATASETS_CACHE).resolve().parents
+
+
+def test_configs_stream_into_several_shards_and_old_shards_go(built, work, monkeypatch):
+    import casu_dataset.build as build
+    from casu_dataset.loading import load
+    out = built[0]
+    target = work / "sharded"
+    shutil.copytree(out, target)
+    monkeypatch.setattr(build, "ROW_GROUP_SIZE", 2)
+    monkeypatch.setattr(build, "SHARD_ROWS", 2)
+    merge_folders(target, [out])                    # streamed: shards of 2 rows, row groups of 2
+    names = sorted(p.name for p in (target / "scenes").glob("*.parquet"))
+    assert names == [f"test-{i:05d}-of-{len(names):05d}.parquet" for i in range(len(names))] and len(names) > 1
+    assert _read_all(target) == _read_all(out)
+    assert [i.id for i in load(target)] == [i.id for i in load(out)]
+    monkeypatch.undo()
+    merge_folders(target, [target])                 # back to one shard: the stale shards are removed
+    assert _bytes(target) == _bytes(out)
