@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+
+from . import atomic
 
 # Below this many clips exact search is the default (and it is always the reference).
 ANN_THRESHOLD = 50_000
@@ -100,9 +101,8 @@ class AnnIndex:
         for i, (ix, ids) in enumerate(ann.parts.values()):
             arrays[f"index{i}"], arrays[f"ids{i}"] = faiss.serialize_index(ix), ids
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.npz")
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees no file or the whole file
+        with atomic.atomic_open(path, "wb") as f:  # a concurrent reader sees no file or the whole file
+            np.savez(f, **arrays)
         return ann
 
     def describe(self) -> str:

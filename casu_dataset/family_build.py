@@ -14,6 +14,10 @@ from typing import Callable
 import soundfile as sf
 
 
+class FamilyBuildError(RuntimeError):
+    """A variant that could not be built; the message names the family, the variant and the cause."""
+
+
 def turn_reserve(variants: list, builder, seed: int) -> list[float] | None:
     """Per-turn slot lengths shared by a crossed family's versions (None for slot families)."""
     first = variants[0]
@@ -40,17 +44,20 @@ def build_family(variants: list, builder, seed: int,
     first = variants[0]
     reserve = turn_reserve(variants, builder, seed)
     base = {"rng_key": first.rng_key, "turn_reserve": reserve, "clip_gain": None}
-    out = {}
-    for v in variants:
+
+    def one(v, settings):
         try:
-            out[v.script.id] = build_one(v, base)
+            return build_one(v, settings)
         except Exception as err:
-            raise type(err)(f"family {first.family_id}: variant {v.variant}: {err}") from err
+            # A new exception naming the variant: re-raising `type(err)(msg)` breaks on
+            # exception classes whose constructor takes other arguments.
+            raise FamilyBuildError(f"family {first.family_id}: variant {v.variant}: "
+                                   f"{type(err).__name__}: {err}") from err
+    out = {v.script.id: one(v, base) for v in variants}
     gains = {sid: b["annotation"]["gains"]["clip_gain"] for sid, (b, _) in out.items()}
     g = min(gains.values())
-    if any(x != g for x in gains.values()):
-        forced = dict(base, clip_gain=g)
-        for v in variants:
-            if gains[v.script.id] != g:
-                out[v.script.id] = build_one(v, forced)
+    forced = dict(base, clip_gain=g)
+    for v in variants:
+        if gains[v.script.id] != g:
+            out[v.script.id] = one(v, forced)
     return out

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import atomic
 from .contract import cache_root
 from .audio_io import SAMPLE_RATE, AudioError, file_sha256, read_audio, resample
 from .loudness import SILENCE_LUFS, measure_lufs
@@ -148,10 +149,8 @@ class CheckCache:
         if not self._dirty:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"stat": self._stat, "results": self._results}, separators=(",", ":")))
-            os.replace(tmp, self.path)
+            atomic.write_text(self.path, json.dumps({"stat": self._stat, "results": self._results},
+                                                    separators=(",", ":")))
             self._dirty = False
         except OSError:
             pass  # a read-only cache only costs a re-scan next time

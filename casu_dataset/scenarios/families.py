@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Union
 
@@ -87,7 +87,6 @@ class FamilyScene(Scene):
     rng_key: str = ""            # shared random stream: same voices, timing and levels in all variants
     speech_group: str = ""       # variants with byte-identical speech share this
     fill_group: str = ""         # variants with byte-identical non-speech layers share this
-    versions: dict = field(default_factory=dict)   # crossed: version -> that version's script (for the turn reserve)
 
 
 @dataclass
@@ -235,9 +234,6 @@ def compile_family(fam: Family, source: str = "<family>") -> list[FamilyScene]:
                 id=f"{sc.script.id}/{q.task}", scene_id=sc.script.id, task=q.task, question=q.q, options=list(opts),
                 answer=letter, rationale=" ".join(q.why[sc.variant].split()), layers=list(q.layers),
                 minimal_pair_id=None, family_id=fam.id, variant=sc.variant))
-    if fam.shape == "crossed":
-        for sc in out:
-            sc.versions = {v: [dict(t) for t in turns] for v, turns in versions.items()}
     return out
 
 
@@ -323,35 +319,12 @@ def families_of(scenes: list) -> dict[str, list]:
     return out
 
 
-def counts(scenes: list[FamilyScene]) -> dict:
-    from collections import Counter
-    fams = families_of(scenes)
-    first = [v[0] for v in fams.values()]
-    per_task = Counter(q.task for v in fams.values() for q in v[0].questions)
-    return {
-        "families": len(fams), "scenes": len(scenes),
-        "questions": sum(len(s.questions) for s in scenes),
-        "per_shape": dict(Counter(s.shape for s in first)),
-        "per_slot_kind": dict(Counter(s.slot_kind for s in first)),
-        "crossed_per_task": dict(Counter(q.task for v in fams.values() if v[0].shape == "crossed" for q in v[0].questions)),
-        "families_per_task": dict(per_task),
-        "per_speech_type": dict(Counter(s.script.speech_type for s in first)),
-        "places": len({s.script.place for s in first}),
-    }
-
-
-def _check_retrieval(scenes: list[FamilyScene]) -> list[str]:
-    from ..catalog import Catalog
-    from ..retrieval import Retriever
-    from ..validity import realisability
-    r = Retriever(Catalog.embedded())
-    return [f"{u['scene']} {u['layer']}: wanted {u['intended']}, got {u['retrieved']} ({u['clip']}, {u['score']})"
-            for u in realisability(scenes, r)]
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
+
+    # family_validity imports this module: the counts and the retrieval check live there.
+    from .. import family_validity as fv
     p = argparse.ArgumentParser(prog="python -m casu_dataset.scenarios.families",
                                 description="check contrast-family files (format, invariants, retrieval)")
     p.add_argument("cmd", choices=["check"])
@@ -370,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in skipped:
             print(f"ERROR {s['reason']}")
         rc |= bool(skipped)
-        print(json.dumps(counts(scenes), indent=1))
+        print(json.dumps(fv.counts(scenes), indent=1))
         if a.retrieval and scenes:
-            bad = _check_retrieval(scenes)
+            from ..catalog import Catalog
+            from ..retrieval import Retriever
+            bad = fv.check_retrieval(scenes, Retriever(Catalog.embedded()))
             for b in bad:
                 print(f"RETRIEVAL {b}")
             print(f"retrieval: {len(bad)} layers retrieve another type")

@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import atomic
 from ..audio_io import resample
 from ..loudness import kweight
 
@@ -118,11 +118,8 @@ class TranscriptCache:
     def put(self, key: str, transcript: str) -> None:
         self._mem[key] = transcript
         if self.dir is not None:
-            p = self.dir / key[:2] / f"{key}.json"
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"transcript": transcript}))
-            os.replace(tmp, p)  # atomic: a killed build never leaves a half-written entry
+            # atomic: a killed build never leaves a half-written entry
+            atomic.write_text(self.dir / key[:2] / f"{key}.json", json.dumps({"transcript": transcript}))
 
     def transcribe(self, checker, segment16k: np.ndarray, text: str) -> str:
         k = self.key(segment16k, WHISPER_SR, text, checker.model_id)
