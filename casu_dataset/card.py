@@ -107,26 +107,42 @@ def configs_yaml() -> str:
                         for c in dataset_configs())])
 
 
-# The metrics the harness reports per task kind (tasks/*.yaml, less the diagnostic unparsed_rate);
-# the first is the headline. tests/test_loading.py checks they match the task files.
-EVAL_METRICS = {"multiple_choice": ["accuracy", "paired_accuracy", "circular_accuracy"],
-                "open": ["bertscore", "bleu4", "event_match", "one_minus_wer"]}
+# The Hub's eval.yaml (https://huggingface.co/docs/hub/eval-results) has exactly these keys, and
+# each task exactly id/config/split; the file is validated at push time, so nothing else goes in.
+EVAL_YAML_KEYS = ("name", "description", "evaluation_framework", "tasks")
+EVAL_TASK_KEYS = ("id", "config", "split")
+# Also each .eval_results entry's `evaluation_framework` (harness/push.py): the docs ask for the same value.
 EVAL_FRAMEWORK = "casu-harness"
+# The one value per task a model repo reports (.eval_results, harness/push.py), on one 0-100 scale:
+# (the entry's metric name, how eval.yaml's description names it).
+LEADERBOARD_METRIC = {"multiple_choice": ("accuracy", "accuracy x100"),
+                      "open": ("bertscore_f1", "BERTScore F1 x100")}
 
 
 def eval_yaml(rows: dict, settings: dict) -> str:
-    """The benchmark's eval.yaml (the Hub's eval-results format for benchmark datasets: a name, the
-    evaluation framework and one entry per task with its id, config and split): what lets model
-    repos report results against this dataset. Tasks with no rows in this build are left out."""
+    """The benchmark's eval.yaml (the Hub's eval-results format for benchmark datasets: a name, a
+    description, the evaluation framework and one entry per task with its id, config and split):
+    what lets model repos report results against this dataset. The value each task reports is
+    named in the description (the format has no metric field). Tasks with no rows in this build
+    are left out."""
     import yaml
     name = settings.get("name") or DEFAULT_NAME
+    listed = [t for t in tasks() if rows.get(t.dataset_config)]
+    by_metric: dict[str, list[str]] = {}
+    for t in listed:
+        by_metric.setdefault(LEADERBOARD_METRIC[t.kind][1], []).append(t.name)
+    values = "; ".join(f"{', '.join(names)}: {label}" for label, names in by_metric.items())
     doc = {"name": name,
            "description": f"{name}: context-aware auditory scene understanding; multiple-choice questions on audio "
-                          "scenes (accuracy) and open scene description.",
+                          f"scenes and open scene description. Value reported per task (0-100, full audio): {values}. "
+                          "Scored by the CASU harness (python -m harness).",
            "evaluation_framework": EVAL_FRAMEWORK,
-           "tasks": [{"id": t.name, "config": t.dataset_config, "split": "test", "metrics": EVAL_METRICS[t.kind]}
-                     for t in tasks() if rows.get(t.dataset_config)]}
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+           "tasks": [{"id": t.name, "config": t.dataset_config, "split": "test"} for t in listed]}
+
+    class NoAliases(yaml.SafeDumper):  # plain YAML for the Hub's validator: no &id001 / *id001
+        def ignore_aliases(self, data):
+            return True
+    return yaml.dump(doc, Dumper=NoAliases, sort_keys=False, allow_unicode=True, width=100)
 
 
 def dataset_card(rows: dict, report, settings: dict) -> str:

@@ -10,15 +10,19 @@ from pathlib import Path
 
 from .contract import AGENT_DEFAULT_TASKS, mcq_configs
 
+# `push` goes online unless the user set offline mode; every other command reads local files only
+_OFFLINE_BY_DEFAULT = not ({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"} & set(os.environ))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 EXAMPLES = Path(__file__).parent / "scenarios" / "examples"
 EXIT_CODES = """exit codes:
   0  success
-  1  the work failed: a build or merge failed, a composed scene was skipped, a push was refused,
+  1  the work failed: a build or merge failed, a composed scene was skipped,
      regenerate --check found a different mixture, validity found a violation
-  2  bad input: a flag, a file or a folder (the message names which and why)"""
+  2  bad input: a flag, a file or a folder (the message names which and why)
+  5  push: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload
+     (token, permissions); one line says which. Re-running resumes: files already committed are skipped"""
 
 
 def _error(msg) -> None:
@@ -350,13 +354,28 @@ def cmd_merge(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from .build import push
+    from .hub import HubError, HubUploadError, plan_push, push
+    private = not args.public
     try:
-        info = push(args.folder, args.repo, private=args.private)
-    except Exception as err:  # auth and network errors: say what failed, never the token
-        _error(f"push of {args.folder} to {args.repo} failed: {type(err).__name__}: {err}")
-        return 1
-    print(f"pushed {args.folder} -> https://huggingface.co/datasets/{args.repo} ({getattr(info, 'oid', '')})")
+        files = plan_push(args.folder)
+        if args.dry_run:
+            print(f"would upload {len(files)} files of {args.folder} to the {'private' if private else 'public'} "
+                  f"dataset repo {args.repo}:")
+            print("\n".join(f"  {f}" for f in files))
+            return 0
+        if _OFFLINE_BY_DEFAULT:  # offline was this module's default, not the user's choice
+            os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "0"
+            if "huggingface_hub.constants" in sys.modules:
+                sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = False
+        info = push(args.folder, args.repo, private=private, token=os.environ.get("HF_TOKEN"))
+    except HubUploadError as err:  # offline, refused, no route: one line, never the token
+        _error(err)
+        return 5
+    except (HubError, FileNotFoundError) as err:  # a bad --repo or --folder
+        _error(err)
+        return 2
+    print(f"pushed {len(files)} files of {args.folder} -> https://huggingface.co/datasets/{args.repo} "
+          f"({'private' if private else 'public'}; {getattr(info, 'oid', '')})")
     return 0
 
 
@@ -496,7 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("push", help="upload a built dataset folder to the Hugging Face Hub")
     p.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
     p.add_argument("--folder", default="casu", help="the built dataset folder")
-    p.add_argument("--private", action="store_true")
+    vis = p.add_mutually_exclusive_group()
+    vis.add_argument("--public", action="store_true", help="create the repo public (default: private)")
+    vis.add_argument("--private", action="store_true", help="create the repo private (the default)")
+    p.add_argument("--dry_run", action="store_true", help="list the files that would be sent, upload nothing")
     p.set_defaults(fn=cmd_push)
     p = sub.add_parser("review", help="serve the human review page for a built dataset")
     p.add_argument("--dataset", required=True, help="a built dataset folder")

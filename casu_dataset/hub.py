@@ -1,5 +1,6 @@
-"""The one Hugging Face Hub client of the builder and the harness: a repo-id check and a
-single-commit upload. The token comes from HF_TOKEN or `huggingface-cli login` and is never printed."""
+"""The one Hugging Face Hub client of the builder and the harness: a repo-id check, a
+single-commit upload (results, a pull request) and a dataset folder's multi-commit upload. The
+token comes from HF_TOKEN or `huggingface-cli login` and is never printed."""
 from __future__ import annotations
 
 import os
@@ -50,39 +51,83 @@ def _network_errors() -> tuple:
     return tuple(errs)
 
 
-def commit(repo: str, operations: list, message: str, api=None, token: str | None = None, private: bool = True,
-           flag: str = "--repo", repo_type: str = "dataset", create_pr: bool = False, description: str | None = None):
-    """Upload `operations` in one commit (a dataset repo is created, private by default, if
-    missing; with `create_pr` the commit is a pull request on an existing repo). A failure is one
-    HubError line naming the flag, the repo and why (offline, refused, not found)."""
-    from huggingface_hub import HfApi
+def can_gate() -> bool:
+    """Whether the installed huggingface_hub can gate a repo (HfApi.update_repo_settings(gated=...))."""
+    import inspect
 
+    from huggingface_hub import HfApi
+    fn = getattr(HfApi, "update_repo_settings", None)
+    return fn is not None and "gated" in inspect.signature(fn).parameters
+
+
+def _upload_error(err: BaseException, flag: str, repo: str, token: str | None) -> HubUploadError:
     from .redact import redact
+    offline = "; HF_HUB_OFFLINE=1 is set (offline): unset it to upload" \
+        if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
+    lines = [x.strip() for x in str(err).splitlines() if x.strip()]
+    # an HTTP error's first line says why; a card the Hub refused lists its errors on the next lines
+    what = " ".join(lines) if isinstance(err, ValueError) else (lines[0] if lines else "")
+    return HubUploadError(redact(f"{flag} {repo}: upload failed ({type(err).__name__}: {what}){offline}",
+                                 [token or ""]))
+
+
+def _create(api, repo: str, repo_type: str, private: bool, gated: bool) -> None:
+    api.create_repo(repo_id=repo, repo_type=repo_type, private=private, exist_ok=True)
+    if gated:  # lm-eval's gated=true: access requests, approved automatically
+        api.update_repo_settings(repo_id=repo, repo_type=repo_type, gated="auto")
+
+
+def commit(repo: str, operations: list, message: str, api=None, token: str | None = None, private: bool = True,
+           flag: str = "--repo", repo_type: str = "dataset", create_pr: bool = False, description: str | None = None,
+           gated: bool = False):
+    """Upload `operations` in one commit (a dataset repo is created, private by default, if
+    missing, and gated with `gated`; with `create_pr` the commit is a pull request on an existing
+    repo). A failure is one HubError line naming the flag, the repo and why (offline, refused, not found)."""
+    from huggingface_hub import HfApi
     check_repo_id(repo, flag)
     api = api or HfApi(token=token)
     try:
         if not create_pr:
-            api.create_repo(repo_id=repo, repo_type=repo_type, private=private, exist_ok=True)
+            _create(api, repo, repo_type, private, gated)
         return api.create_commit(repo_id=repo, repo_type=repo_type, operations=operations, commit_message=message,
                                  create_pr=create_pr, commit_description=description)
     except _network_errors() as err:
-        offline = "; HF_HUB_OFFLINE=1 is set (offline): unset it to upload" \
-            if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
-        what = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise HubUploadError(redact(f"{flag} {repo}: upload failed ({type(err).__name__}: {what}){offline}",
-                              [token or ""])) from None
+        raise _upload_error(err, flag, repo, token) from None
 
 
-def plan_push(folder: str | Path):
-    """The exact commit operations `push` sends: every file of the dataset folder."""
+# Never sent with a dataset folder: temp files of unfinished writes (atomic.tmp_path: `.NAME.tmpPID`)
+# and what upload_folder always leaves out (.git/, the .cache/huggingface/ that hf downloads leave).
+# As fnmatch patterns (`*` crosses '/'), so the plan and upload_folder filter the folder alike.
+PUSH_IGNORE = [".*.tmp[0-9]*", "*/.*.tmp[0-9]*"]
+
+
+def plan_push(folder: str | Path) -> list[str]:
+    """The exact files (paths relative to `folder`, sorted) `push` sends: the dataset folder less
+    PUSH_IGNORE and upload_folder's own DEFAULT_IGNORE_PATTERNS."""
+    from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
     folder = Path(folder)
     if not (folder / "README.md").is_file():
-        raise FileNotFoundError(f"{folder}: not a dataset folder (no README.md card)")
-    return folder_operations(folder)
+        raise FileNotFoundError(f"--folder {folder}: not a dataset folder (no README.md card)")
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    plan = list(filter_repo_objects(files, ignore_patterns=PUSH_IGNORE + DEFAULT_IGNORE_PATTERNS))
+    return plan
 
 
-def push(folder: str | Path, repo: str, api=None, private: bool = False, message: str | None = None):
-    """Upload a built dataset folder to a Hub dataset repo in one commit."""
+def push(folder: str | Path, repo: str, api=None, private: bool = True, message: str | None = None,
+         token: str | None = None):
+    """Upload a built dataset folder to a Hub dataset repo (created private unless `private=False`).
+
+    huggingface_hub's upload_folder: with hf_xet installed it commits a large folder in several
+    batches (adaptive, from about 250 files a commit) and a re-run resumes, skipping the files
+    already committed; a failure is one HubUploadError line."""
+    from huggingface_hub import HfApi
     check_repo_id(repo)
-    ops = plan_push(folder)
-    return commit(repo, ops, message or f"Upload CASU dataset ({len(ops)} files)", api=api, private=private)
+    files = plan_push(folder)
+    api = api or HfApi(token=token)
+    try:
+        _create(api, repo, "dataset", private, False)
+        return api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(folder),
+                                 ignore_patterns=list(PUSH_IGNORE),
+                                 commit_message=message or f"Upload CASU dataset ({len(files)} files)")
+    except (*_network_errors(), ValueError) as err:  # ValueError: the Hub refused the card's metadata
+        raise _upload_error(err, "--repo", repo, token) from None

@@ -12,8 +12,10 @@ EXIT_CODES = """exit codes:
      (the message names which and why); checked before any model loads
   3  the model cannot be loaded or run (unknown --model, missing weights, arguments the adapter refuses)
   4  the run finished but some samples failed (listed in the results; the first is printed)
-  5  push / pr-eval-results: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or
-     refused the upload (token, permissions, missing repo); one line says which"""
+  5  push / pr-eval-results, or a run with --hf_hub_log_args push_results_to_hub=true: the Hub could not
+     be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload (token, permissions, missing
+     repo); one line says which (after a run: the results stay on disk, and the line gives the
+     `python -m harness push ...` command that sends them)"""
 
 
 def _error(msg) -> None:
@@ -110,6 +112,21 @@ def _run_parser() -> argparse.ArgumentParser:
                                                   "--model_args; a GPU that is not there is exit 2 before "
                                                   "anything loads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--system_instruction", default=None, metavar="TEXT",
+                   help="lm-eval's: the system turn of every request (it replaces an adapter's default system "
+                        "prompt, e.g. Qwen2.5-Omni's); recorded, and part of the response cache key")
+    p.add_argument("--apply_chat_template", nargs="?", const=True, default=None, metavar="NAME",
+                   help="lm-eval's: without a value the model's default chat template, with a NAME one of its named "
+                        "templates (an unknown NAME lists those there are). The audio LMs (their audio placeholder "
+                        "comes from it), the cascade/blind reasoners, SALMONN and the API adapters always use their "
+                        "chat template, so without a NAME the flag changes nothing for them; random (and an adapter "
+                        "that declares no chat_template_use) renders none and refuses it. The effective setting is "
+                        "recorded (config.apply_chat_template, chat_template_name, chat_template_how)")
+    p.add_argument("--num_fewshot", type=_int_at_least(0), default=None, metavar="N",
+                   help="lm-eval's; only 0: CASU tasks are zero-shot (a question's contrast-family siblings share its "
+                        "question and options, so shots would give away keys)")
+    p.add_argument("--fewshot_as_multiturn", action="store_true",
+                   help="lm-eval's; refused: it needs few-shot examples and CASU tasks are zero-shot")
     return p
 
 
@@ -138,7 +155,9 @@ def cmd_run(argv: list[str]) -> int:
             scoring=args.scoring, circular=args.circular, judge=args.judge, bert_model=args.bert_model,
             cache=args.cache, probe=not args.no_probe, device=args.device, progress=not args.quiet,
             on_cleaned=lambda f: print(f"removed {f} (left by a killed run)", file=sys.stderr),
-            gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args)
+            gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args,
+            system_instruction=args.system_instruction, apply_chat_template=args.apply_chat_template,
+            num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn)
     except ModelArgsError as err:  # an AdapterError too, but a usage error: checked before loading
         _error(err)
         return EXIT_USAGE
@@ -168,12 +187,18 @@ def cmd_run(argv: list[str]) -> int:
     cut = f" (--limit: {n['samples']} of {rows} rows)" if n["samples"] != rows else ""
     print(f"evaluated {n['requests']} requests over {n['samples']} samples from {args.dataset} "
           f"(fingerprint {doc['dataset']['fingerprint']}){cut}")
+    if res.pushed and res.pushed["pushed"]:
+        p = res.pushed
+        print(f"pushed to {'private' if p['private'] else 'public'} datasets/{p['repo']}: {len(p['operations'])} "
+              f"files" + (f"; sample logs to datasets/{p['details_repo']}" if p["details_repo"] else ""))
     if doc["errors"]:
         from casu_dataset.redact import redact
         print(redact(f"{len(doc['errors'])} sample(s) failed; first: {doc['errors'][0]['id']}: "
                      f"{doc['errors'][0]['error']}"), file=sys.stderr)
-        return EXIT_SAMPLE_ERRORS
-    return EXIT_OK
+    if res.pushed and not res.pushed["pushed"]:
+        _error(res.pushed["error"])  # one line: the repo, why, and the command that sends the saved run
+        return EXIT_HUB
+    return EXIT_SAMPLE_ERRORS if doc["errors"] else EXIT_OK
 
 
 def _print_tasks(include_path=None) -> int:
@@ -266,31 +291,39 @@ def cmd_push(argv: list[str]) -> int:
                                                       ".eval_results/casu.yaml entries")
     p.add_argument("--public", action="store_true", help="create the results repo public (default: private, or "
                                                          "the run's --hf_hub_log_args public_repo)")
+    p.add_argument("--no_samples", action="store_true", help="leave the sample logs out (default: sent with the "
+                                                             "run, as lm-eval's push_samples_to_hub=true)")
     p.add_argument("--dry_run", action="store_true", help="print the operations without uploading")
     a = p.parse_args(argv)
-    from .push import push, select_run
+    from .push import details_repo, push, select_run
     from .flags import results_repo
-    repo, public = a.repo, a.public
-    if repo is None or not public:
-        run, rc = _hub_call(select_run, a.output_path, a.checkpoint)
-        if rc:
-            return rc
-        log_args = run[1]["config"].get("hf_hub_log_args") or {}
-        repo = repo or results_repo(log_args)
-        public = public or bool(log_args.get("public_repo"))
+    run, rc = _hub_call(select_run, a.output_path, a.checkpoint)
+    if rc:
+        return rc
+    log_args = run[1]["config"].get("hf_hub_log_args") or {}
+    repo = a.repo or results_repo(log_args)
+    public = a.public or bool(log_args.get("public_repo"))
     if not repo:
         _error("push: --repo is required (or run with --hf_hub_log_args hub_results_org=ORG)")
         return EXIT_USAGE
+    own = repo == results_repo(log_args)  # the run's own repo: its details_repo_name and gated apply too
     out, rc = _hub_call(push, a.output_path, repo, a.dataset_id, token=os.environ.get("HF_TOKEN"),
-                        dry_run=a.dry_run, private=not public, checkpoint=a.checkpoint)
+                        dry_run=a.dry_run, private=not public, checkpoint=a.checkpoint, samples=not a.no_samples,
+                        details_repo=details_repo(log_args) if own else None,
+                        gated=own and bool(log_args.get("gated")))
     if rc:
         return rc
     for f, why in out["skipped"]:
         print(f"skipped {f}: {why}", file=sys.stderr)
-    print(f"run {out['run']} -> {'private' if out['private'] else 'public'} results repo")
+    print(f"run {out['run']} -> {'private' if out['private'] else 'public'}{' gated' if out['gated'] else ''} "
+          "results repo")
     print(("would upload" if a.dry_run else "uploaded") + f" to datasets/{repo}:")
     for o in out["operations"]:
         print(f"  {o}")
+    if out["details_repo"]:
+        print(f"sample logs to datasets/{out['details_repo']}:")
+        for o in out["details_operations"]:
+            print(f"  {o}")
     if out["eval_results_yaml"]:
         print("\n.eval_results/casu.yaml for the model card (or `python -m harness pr-eval-results`):\n"
               + out["eval_results_yaml"])

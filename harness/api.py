@@ -28,6 +28,9 @@ class Results:
     samples: dict[str, list[dict]] = field(default_factory=dict, repr=False)
     path: Path | None = None
     main_process: bool = True  # False on the non-main ranks of a distributed run (nothing written)
+    # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,
+    # pushed) or, when the Hub failed, `error` and `retry`; None when no push was asked for
+    pushed: dict | None = None
 
     def __getitem__(self, key):
         return self.document[key]
@@ -118,14 +121,17 @@ def _open_data(dataset: str, tasks, seed: int):
 
 
 def run_config(tasks, conditions, *, scene_hint, scoring, circular, batch_size, limit, seed, judge_fp,
-               gen_kwargs=None, hf_hub_log_args=None) -> dict:
-    """The `config` block of the results document; `task_configs` is each task's full resolved YAML."""
+               gen_kwargs=None, hf_hub_log_args=None, system_instruction=None, chat_template=None) -> dict:
+    """The `config` block of the results document; `task_configs` is each task's full resolved YAML;
+    `chat_template` is the adapter's effective --apply_chat_template setting (Adapter.chat_template_setting)."""
     return {"tasks": [t.task for t in tasks], "task_versions": {t.task: t.version for t in tasks},
             "task_configs": {t.task: t.resolved() for t in tasks},
             "conditions": [c.name for c in conditions], "scene_hint": scene_hint, "scoring": scoring,
             "circular": circular, "batch_size": batch_size, "limit": limit, "seed": seed, "judge": judge_fp,
             "world_size": int(os.environ.get("WORLD_SIZE", "1")), "gen_kwargs": gen_kwargs or {},
-            "hf_hub_log_args": hf_hub_log_args or {}}
+            "hf_hub_log_args": hf_hub_log_args or {}, "system_instruction": system_instruction,
+            **(chat_template or {"apply_chat_template": None, "chat_template_name": None, "chat_template_how": None}),
+            "num_fewshot": 0, "fewshot_as_multiturn": False}
 
 
 def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all", dataset: str = "casu_mini",
@@ -135,7 +141,9 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
                     judge: str | None = None, bert_model: str | None = None, cache: str | None = None,
                     probe: bool = True, device: str | None = None, progress: bool = False,
                     on_cleaned=None, gen_kwargs: str | dict | None = None,
-                    hf_hub_log_args: str | dict | None = None) -> Results:
+                    hf_hub_log_args: str | dict | None = None, system_instruction: str | None = None,
+                    apply_chat_template: bool | str | None = None, num_fewshot: int | None = None,
+                    fewshot_as_multiturn: bool = False) -> Results:
     """Evaluate `model` (a registered name or module:Class) on `tasks` ("all", a tag, a comma list,
     a list of names or of TaskConfig) over a built `dataset` folder or Hub repo.
 
@@ -143,8 +151,11 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
     `log_samples`) there, as the CLI does; `cache`: the response cache file (default
     <output_path>/cache.sqlite with an output path, else none; "off": none).
     `limit`: an int (samples per task) or a fraction in (0, 1); `batch_size`: an int or "auto";
-    `gen_kwargs`: "k=v,..." or a dict merged over each task's generation settings."""
-    from . import flags
+    `gen_kwargs`: "k=v,..." or a dict merged over each task's generation settings.
+    `system_instruction`: every request's system turn; `apply_chat_template`: True or a template
+    name (see `Adapter.set_chat_template`); `num_fewshot`: 0 only and `fewshot_as_multiturn`: False
+    only (CASU tasks are zero-shot), accepted for lm-eval parity."""
+    from . import flags, push
     from .evaluate import EvalOptions, evaluate
     from .metrics import JudgeEventMatcher
     from .parsing import LLMJudge
@@ -158,6 +169,10 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
         task_list = flags.apply_gen_kwargs(task_list, gen_kw)
         limit = flags.parse_limit(limit)
         log_args = flags.parse_hub_log_args(hf_hub_log_args)
+        push.check_auto_push(log_args, limit=limit, output_path=output_path, log_samples=log_samples)  # PushError
+        system = flags.parse_system_instruction(system_instruction)
+        template_choice = flags.parse_chat_template(apply_chat_template)
+        flags.check_fewshot(num_fewshot, fewshot_as_multiturn)
         conds = _conditions(conditions)
         raw_args = parse_model_args(model_args, raw=True) if isinstance(model_args, str) or model_args is None \
             else dict(model_args)
@@ -190,24 +205,29 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
         raise
     except ValueError as err:  # the adapter refused its arguments while loading
         raise AdapterError(str(err)) from None
+    try:  # a NAME is checked against the processor's templates (no weights are loaded)
+        template = adapter.set_chat_template(template_choice)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     backend = make_judge(judge)
     cache_obj = _open_cache(cache, output_path, on_cleaned)
     opts = EvalOptions(conditions=conds, batch_size=batch_n, shrink_on_oom=shrink, limit=limit, scene_hint=scene_hint,
                        scoring=scoring, circular=circular, seed=seed, probe=probe,
                        judge=LLMJudge(backend) if backend else None,
                        event_matcher=JudgeEventMatcher(backend) if backend else None,
-                       bert_model=bert_model, progress=progress)
+                       bert_model=bert_model, progress=progress, system_instruction=system)
     ev = evaluate(adapter, task_list, data, opts, cache_obj)
     dist = distributed_state()
     info = {"name": model, "args": checked_args, "info": adapter.info(), "fingerprint": adapter.fingerprint}
     config = run_config(task_list, conds, scene_hint=scene_hint, scoring=scoring, circular=circular,
                         batch_size=batch_size, limit=limit, seed=seed,
                         judge_fp=backend.fingerprint if backend else None, gen_kwargs=gen_kw,
-                        hf_hub_log_args=log_args)
+                        hf_hub_log_args=log_args, system_instruction=system, chat_template=template)
     doc = document(ev, info, config, {"path": str(dataset)})
     res = Results(doc, ev["samples"], main_process=dist is None or dist.is_main_process)
     if output_path is not None and res.main_process:
         res.path = write_outputs(doc, ev["samples"] if log_samples else None, Path(output_path))
+        res.pushed = push.push_after_run(res.path, log_args, token=os.environ.get("HF_TOKEN"))  # never raises
     return res
 
 

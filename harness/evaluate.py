@@ -30,6 +30,7 @@ class EvalOptions:
     event_matcher: object = None  # metrics.*EventMatcher
     bert_model: str | None = None
     progress: bool = True
+    system_instruction: str | None = None  # --system_instruction: every request's system turn
 
 
 def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOptions, cache, base_key, state) -> dict:
@@ -43,7 +44,8 @@ def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOp
     others = [next((o for o in samples if o.scene_id != s.scene_id), None) for s in picked]
     if not picked or any(o is None for o in others):
         return {"status": "skipped", "reason": "needs questions from two different scenes"}
-    units = make_units(task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key)
+    units = make_units(task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key,
+                       opts.system_instruction)
     probe_units = []
     for u, other in zip(units, others):
         for kind, override in (("real", None), ("silence", "silence"), ("other", other)):
@@ -181,7 +183,8 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         if opts.limit:
             from .flags import limit_count
             samples = limit_samples(samples, limit_count(opts.limit, rows))
-        units = make_units(t, samples, opts.conditions, adapter, opts.scoring, opts.scene_hint, opts.circular, base_key)
+        units = make_units(t, samples, opts.conditions, adapter, opts.scoring, opts.scene_hint, opts.circular, base_key,
+                           opts.system_instruction)
         per_task[t.task] = units
         all_units.extend(units)
         counts[t.task] = {"config": t.dataset_config, "split": t.split, "rows": rows, "samples": len(samples),

@@ -145,3 +145,44 @@ def resolve_batch_size(batch_size, device: str | None) -> tuple[int, bool]:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
     return batch_size, False
+
+
+# -- prompts: --system_instruction, --apply_chat_template, --num_fewshot, --fewshot_as_multiturn ---------
+
+ZERO_SHOT_WHY = ("CASU tasks are zero-shot: every question belongs to a contrast family whose variants share the "
+                 "question and options, so shots drawn from the same set would give away keys")
+
+
+def parse_system_instruction(text) -> str | None:
+    """lm-eval's --system_instruction: the system turn of every request (None: not given)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"--system_instruction: must be text, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("--system_instruction: empty text; leave the flag out (to drop an audio LM's own default "
+                         "system prompt, use --model_args system_prompt=)")
+    return text
+
+
+def parse_chat_template(value) -> bool | str | None:
+    """lm-eval's --apply_chat_template [NAME]: None/False (not given), True (the default template) or a name."""
+    if value is None or isinstance(value, bool):
+        return value or None
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError(f"--apply_chat_template {value!r}: give no value (the model's default template) or a "
+                     "template name")
+
+
+def check_fewshot(num_fewshot, fewshot_as_multiturn) -> int:
+    """--num_fewshot must be 0 (or absent); --fewshot_as_multiturn needs shots, so it is refused."""
+    if num_fewshot is not None:
+        if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
+            raise ValueError(f"--num_fewshot: must be an integer >= 0, got {num_fewshot!r}")
+        if num_fewshot > 0:
+            raise ValueError(f"--num_fewshot {num_fewshot}: {ZERO_SHOT_WHY}; use 0 or leave it out")
+    if fewshot_as_multiturn:
+        raise ValueError(f"--fewshot_as_multiturn: needs few-shot examples (--num_fewshot > 0), and {ZERO_SHOT_WHY}; "
+                         "drop the flag")
+    return 0

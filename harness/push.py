@@ -5,6 +5,9 @@ lm-eval's tracker layout (`<checkpoint>/results_<date>.json`, `lm_eval_<date>.js
 `samples_<task>_<date>.jsonl`), private unless --public, with a results card (README.md: table 1
 of the latest full run of every checkpoint under the output folder).
 
+`push_after_run`: lm-eval's `--hf_hub_log_args push_results_to_hub=true`: the run just written,
+pushed as `push` does, checked up front by `check_auto_push`.
+
 `pr_eval_results`: a pull request adding `.eval_results/casu.yaml` to a model repo
 (https://huggingface.co/docs/hub/eval-results): one entry per task, every value on one 0-100
 scale, the settings in `notes`.
@@ -17,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from casu_dataset import hub
+from casu_dataset.card import EVAL_FRAMEWORK, LEADERBOARD_METRIC
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
 
 
@@ -67,15 +71,21 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
     return full[0]
 
 
-def plan_push(output_path: str | Path, repo: str, skipped: list | None = None, checkpoint: str | None = None) -> list:
-    """The commit operations: the chosen run's files under `<checkpoint folder>/`, and the card."""
-    from huggingface_hub import CommitOperationAdd
+def _check_repo(repo: str, flag: str = "--repo") -> None:
     try:
-        hub.check_repo_id(repo)
+        hub.check_repo_id(repo, flag)
     except hub.HubError as err:
         raise PushError(str(err)) from None
-    f, doc, logs = select_run(output_path, checkpoint, skipped)
-    files = [f, *logs]
+
+
+def plan_push(output_path: str | Path, repo: str, skipped: list | None = None, checkpoint: str | None = None,
+              samples: bool = True, run: tuple | None = None) -> list:
+    """The commit operations: the run's files (default: the chosen checkpoint's latest full run;
+    its sample logs unless `samples` is false) under `<checkpoint folder>/`, and the card."""
+    from huggingface_hub import CommitOperationAdd
+    _check_repo(repo)
+    f, doc, logs = run or select_run(output_path, checkpoint, skipped)
+    files = [f, *(logs if samples else [])]
     lm = f.parent / (doc.get("lm_eval_view") or "")
     if doc.get("lm_eval_view") and lm.is_file():
         files.append(lm)
@@ -84,6 +94,21 @@ def plan_push(output_path: str | Path, repo: str, skipped: list | None = None, c
     ops = hub.folder_operations(f.parent, files, prefix=f"{run_key(doc['model'])}/")
     ops.append(CommitOperationAdd(path_in_repo="README.md",
                                   path_or_fileobj=results_card(output_path, repo).encode()))
+    return ops
+
+
+def plan_details(run: tuple, details_repo: str, repo: str) -> list:
+    """The sample logs of a run for a separate details repo (lm-eval's details_repo_name), with a card."""
+    from huggingface_hub import CommitOperationAdd
+
+    from .results import run_key
+    f, doc, logs = run
+    ops = hub.folder_operations(f.parent, logs, prefix=f"{run_key(doc['model'])}/")
+    card = "\n".join(["---", "pretty_name: CASU sample logs", "tags:", "- casu", "- evaluation", "---", "",
+                      f"# CASU sample logs ({details_repo})", "",
+                      "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl`) of the "
+                      f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).", ""])
+    ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
     return ops
 
 
@@ -102,23 +127,114 @@ def results_card(output_path: str | Path, repo: str) -> str:
 
 
 def push(output_path, repo: str, dataset_id: str | None = None, token: str | None = None, dry_run: bool = False,
-         private: bool = True, checkpoint: str | None = None, api=None) -> dict:
+         private: bool = True, checkpoint: str | None = None, api=None, samples: bool = True,
+         details_repo: str | None = None, gated: bool = False, run: tuple | None = None,
+         flag: str = "--repo") -> dict:
+    """Push a run (default: the checkpoint's latest full run) to `repo`: its sample logs too
+    unless `samples` is false, and to `details_repo` instead when that is another repo; each repo
+    created private unless `private=False`, and gated (access requests, approved automatically) with `gated`."""
     skipped: list = []
-    ops = plan_push(output_path, repo, skipped, checkpoint)
-    f, doc, _ = select_run(output_path, checkpoint)
+    _check_repo(repo, flag)
+    split = bool(samples and details_repo and details_repo != repo)
+    if split:
+        _check_repo(details_repo, "--hf_hub_log_args details_repo_name")
+    if gated and not hub.can_gate():
+        raise PushError(f"--hf_hub_log_args gated=true: this huggingface_hub cannot gate a repo (no "
+                        "HfApi.update_repo_settings(gated=...)); upgrade it or drop gated")
+    run = run or select_run(output_path, checkpoint, skipped)
+    f, doc, _ = run
+    ops = plan_push(output_path, repo, samples=samples and not split, run=run)
+    details = plan_details(run, details_repo, repo) if split else []
     url = f"https://huggingface.co/datasets/{repo}"
     entries = eval_results_entries(doc, dataset_id, url) if dataset_id else []
     if not dry_run:
+        message = f"CASU results: {f.parent.name} {doc['date']}"
         try:
-            hub.commit(repo, ops, f"CASU results: {f.parent.name} {doc['date']}", api=api, token=token,
-                       private=private)
+            hub.commit(repo, ops, message, api=api, token=token, private=private, gated=gated, flag=flag)
+            if details:
+                hub.commit(details_repo, details, f"CASU sample logs: {f.parent.name} {doc['date']}", api=api,
+                           token=token, private=private, gated=gated, flag="--hf_hub_log_args details_repo_name")
         except hub.HubUploadError:
             raise
         except hub.HubError as err:
             raise PushError(str(err)) from None
-    return {"operations": [o.path_in_repo for o in ops], "run": str(f), "private": private,
+    return {"repo": repo, "operations": [o.path_in_repo for o in ops], "run": str(f), "private": private,
+            "gated": gated, "details_repo": details_repo if split else None,
+            "details_operations": [o.path_in_repo for o in details],
             "eval_results_yaml": yaml.safe_dump(entries, sort_keys=False) if entries else "",
             "skipped": [(str(p), why) for p, why in skipped]}
+
+
+# -- lm-eval's push at the end of a run (--hf_hub_log_args push_results_to_hub=true) ---------------
+
+def details_repo(log_args: dict) -> str | None:
+    """ORG/NAME of lm-eval's separate details (sample logs) repo: details_repo_name in hub_results_org."""
+    org, name = log_args.get("hub_results_org"), log_args.get("details_repo_name")
+    return f"{org}/{name}" if org and name else None
+
+
+def check_auto_push(log_args: dict, *, limit, output_path, log_samples: bool) -> None:
+    """Before the dataset or the model loads: PushError (a ValueError naming --hf_hub_log_args)
+    when the push the flags ask for could not happen at the end of the run."""
+    if not (log_args.get("push_results_to_hub") or log_args.get("push_samples_to_hub")):
+        return
+    if not log_args.get("push_results_to_hub"):
+        raise PushError("--hf_hub_log_args push_samples_to_hub=true: also set push_results_to_hub=true (the sample "
+                        "logs are sent with their run)")
+    flag = "--hf_hub_log_args push_results_to_hub=true"
+    if not log_args.get("hub_results_org"):
+        raise PushError(f"{flag}: needs hub_results_org=ORG (the owner of the results repo)")
+    if limit is not None:
+        raise PushError(f"{flag}: a --limit run is never pushed (--limit {limit} evaluates a subset of each task); "
+                        "drop --limit or the push")
+    if output_path is None:
+        raise PushError(f"{flag}: needs --output_path (output_path= from Python): the run is pushed from the files "
+                        "written there")
+    if log_args.get("push_samples_to_hub") and not log_samples:
+        raise PushError("--hf_hub_log_args push_samples_to_hub=true: needs --log_samples (the sample logs it sends)")
+    if log_args.get("push_samples_to_hub") and details_repo(log_args):
+        _check_repo(details_repo(log_args), "--hf_hub_log_args details_repo_name")
+    if log_args.get("gated") and not hub.can_gate():
+        import huggingface_hub
+        raise PushError(f"--hf_hub_log_args gated=true: huggingface_hub {huggingface_hub.__version__} cannot gate a "
+                        "repo (no HfApi.update_repo_settings(gated=...)); upgrade it or drop gated")
+
+
+def retry_command(path: Path, repo: str, public: bool, samples: bool) -> str:
+    """The `python -m harness push` line that sends the run at `path` as the run's own push would
+    (the details repo and gated come from the run's recorded --hf_hub_log_args)."""
+    import shlex
+    return shlex.join(["python", "-m", "harness", "push", "--output_path", str(path.parent.parent),
+                       "--checkpoint", path.parent.name, "--repo", repo, *(["--public"] if public else []),
+                       *([] if samples else ["--no_samples"])])
+
+
+def push_after_run(path: str | Path, log_args: dict, token: str | None = None, api=None) -> dict | None:
+    """Push the run written at `path` (its results JSON) when --hf_hub_log_args asks for it
+    (push_results_to_hub=true; sample logs with push_samples_to_hub=true, to details_repo_name's
+    repo when set; private unless public_repo=true; gated=true gates the repos). None when no push
+    was asked for; else push's dict with `pushed` True, or `pushed` False with `error` (one line:
+    the repo, why, where the results are and `retry`, the command that sends them). A Hub failure
+    never raises: the results are already on disk."""
+    from .flags import results_repo
+    from .outputs import check_run
+    if not log_args.get("push_results_to_hub"):
+        return None
+    path = Path(path)
+    repo = results_repo(log_args)
+    public, samples = bool(log_args.get("public_repo")), bool(log_args.get("push_samples_to_hub"))
+    retry = retry_command(path, repo, public, samples)
+    doc, logs, why = check_run(path)
+    try:
+        if why:
+            raise PushError(f"{path}: {why}")
+        out = push(path.parent.parent, repo, token=token, private=not public, api=api, samples=samples,
+                   details_repo=details_repo(log_args), gated=bool(log_args.get("gated")), run=(path, doc, logs),
+                   flag="--hf_hub_log_args hub_results_org")
+    except hub.HubError as err:
+        return {"repo": repo, "pushed": False, "retry": retry,
+                "error": f"push after the run failed: {err}; the results are saved in {path}; retry: {retry}"}
+    return dict(out, pushed=True, retry=retry)
 
 
 # -- .eval_results/casu.yaml for a model repo ----------------------------------------------
@@ -128,15 +244,16 @@ def _metric(task: str, m: dict) -> tuple[str, float] | None:
     description BERTScore F1 (0-1 in the results, x100 here so every entry is on one scale)."""
     if "accuracy" in m:
         v = (m.get("accuracy") or {}).get("value")
-        return None if v is None else ("accuracy", round(100 * v, 2))
+        return None if v is None else (LEADERBOARD_METRIC["multiple_choice"][0], round(100 * v, 2))
     if task == DESCRIPTION_TASK or "bertscore" in m:
         v = (m.get("bertscore") or {}).get("value")
-        return None if v is None else ("bertscore_f1", round(100 * v, 2))
+        return None if v is None else (LEADERBOARD_METRIC["open"][0], round(100 * v, 2))
     return None
 
 
 def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[dict]:
-    """One entry per task at full audio, on a 0-100 scale, with the settings in `notes`."""
+    """One entry per task at full audio, on a 0-100 scale, with the settings in `notes` and the
+    same `evaluation_framework` as the dataset's eval.yaml."""
     from .results import checkpoint
     cfg = doc.get("config") or {}
     ck = checkpoint(doc["model"])
@@ -153,7 +270,8 @@ def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[di
                  f"scene_hint {cfg.get('scene_hint')}; circular {cfg.get('circular')}; seed {cfg.get('seed')}; "
                  f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}")
         out.append({"dataset": {"id": dataset_id, "task_id": task}, "value": value, "date": doc["date"][:10],
-                    "source": {"url": source_url, "name": "CASU harness"}, "notes": notes})
+                    "source": {"url": source_url, "name": "CASU harness"},
+                    "evaluation_framework": EVAL_FRAMEWORK, "notes": notes})
     return out
 
 

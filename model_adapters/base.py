@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -38,6 +39,13 @@ class GenerationSettings:
 
 REQUEST_KINDS = ("answer", "describe")
 
+# How an adapter renders prompts, for `--apply_chat_template` (lm-eval's flag):
+#   "always": through a chat template on every request, with or without the flag (audio LMs take
+#             their audio placeholder from it; chat APIs and instruct reasoners are chat by nature);
+#             a NAME picks one of the adapter's named templates.
+#   "never":  no chat template (the random baseline, adapters that do not say); the flag is refused.
+ChatTemplateUse = Literal["always", "never"]
+
 
 @dataclass
 class Request:
@@ -63,6 +71,11 @@ class Adapter:
       max_audio_seconds   longer audio is cut (and the sample marked) before the call
       uses_audio          False for text-only baselines: the audio probe is skipped for them
       supports_loglikelihood / prefers_loglikelihood   option scoring instead of parsing text
+      chat_template_use / chat_template_how   whether and how prompts go through a chat template
+                          (`--apply_chat_template`; see `set_chat_template`)
+
+    `Request.system` (`--system_instruction`) is the conversation's system turn where the
+    adapter has one; it replaces the adapter's own default system prompt.
     """
     name = "adapter"
     version = 1  # bump when the adapter's outputs change for the same inputs (it keys the cache)
@@ -71,9 +84,42 @@ class Adapter:
     uses_audio = True
     supports_loglikelihood = False
     prefers_loglikelihood = False
+    chat_template_use: ClassVar[ChatTemplateUse] = "never"
+    chat_template_how = "renders no chat template"  # one line, recorded with the results
+    chat_template_name: str | None = None  # a named template chosen with --apply_chat_template NAME
 
     def __init__(self, **model_args):
         self.model_args = dict(model_args)
+
+    def chat_template_names(self) -> list[str]:
+        """The named chat templates besides the default that `--apply_chat_template NAME` can pick."""
+        return []
+
+    def set_chat_template(self, choice: bool | str | None) -> dict:
+        """Apply `--apply_chat_template`: None/False (not given), True (the default template) or a
+        template name; returns the effective setting recorded with the results. A ValueError names
+        the flag: the adapter renders no chat template, or it has no template of that name."""
+        if isinstance(choice, str):
+            if not choice.strip():
+                raise ValueError("--apply_chat_template: empty template name; give none (the default template) "
+                                 "or a name")
+            choice = choice.strip()
+        elif choice is not None and not isinstance(choice, bool):
+            raise ValueError(f"--apply_chat_template {choice!r}: give true or a template name")
+        if choice and self.chat_template_use == "never":
+            raise ValueError(f"--apply_chat_template: --model {self.name} {self.chat_template_how}; drop the flag")
+        if isinstance(choice, str) and choice != "default":
+            names = self.chat_template_names()
+            if choice not in names:
+                raise ValueError(f"--apply_chat_template {choice}: --model {self.name} has no chat template named "
+                                 f"{choice!r}; available: {', '.join(['default', *names])}")
+            self.chat_template_name = choice
+        return self.chat_template_setting()
+
+    def chat_template_setting(self) -> dict:
+        """What --apply_chat_template means for this adapter, as recorded in the results config."""
+        return {"apply_chat_template": self.chat_template_use == "always",
+                "chat_template_name": self.chat_template_name, "chat_template_how": self.chat_template_how}
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         raise NotImplementedError
@@ -84,8 +130,11 @@ class Adapter:
 
     def info(self) -> dict:
         """What identifies the model's outputs: recorded in results and part of the cache key."""
-        return {"adapter": self.name, "version": self.version,
-                "model_args": {k: str(v) for k, v in sorted(self.model_args.items())}}
+        d = {"adapter": self.name, "version": self.version,
+             "model_args": {k: str(v) for k, v in sorted(self.model_args.items())}}
+        if self.chat_template_name:  # only when chosen, so the default keeps earlier cache keys
+            d["chat_template"] = self.chat_template_name
+        return d
 
     @property
     def fingerprint(self) -> str:

@@ -14,6 +14,7 @@ class RandomBaseline(Adapter):
     name = "random"
     uses_audio = False
     supports_loglikelihood = True
+    chat_template_how = "renders no prompt at all (a seeded random letter; --system_instruction is ignored too)"
 
     def __init__(self, seed: int = 0, device: str = "cpu"):
         super().__init__(seed=seed)  # device is not part of the fingerprint: the draws do not depend on it

@@ -69,6 +69,11 @@ class Cascade(Adapter):
     supports_loglikelihood = True
     prefers_loglikelihood = True
     max_audio_seconds = 600.0
+    # SmolLM2-135M-Instruct (and any local reasoner) is prompted through its tokenizer's chat
+    # template (LocalLM calls tok.apply_chat_template), as the demo's numbers were measured; an API reasoner
+    # is a chat endpoint. Raw (template-free) prompting is not offered.
+    chat_template_use = "always"
+    chat_template_how = "always prompts the reasoner through its chat template (no named templates)"
 
     def __init__(self, transcriber: str = "whisper", transcriber_model: str | None = None, captioner: str | None = None,
                  reasoner: str = "smollm2", reasoner_base_url: str | None = None, reasoner_model: str | None = None,
@@ -104,6 +109,7 @@ class Cascade(Adapter):
             except BackendError as err:
                 raise AdapterError(f"cascade reasoner: {err}") from None
             self.supports_loglikelihood = self.prefers_loglikelihood = False
+            self.chat_template_how = "always prompts the reasoner API as a chat (its server applies the template)"
         else:
             from casu_dataset.llm.local import LocalLM
             self._api = None

@@ -30,15 +30,19 @@ def _torch_dtype(name: str, device: str):
         raise AdapterError(f"--model_args dtype={name!r}: not a torch dtype (float32, bfloat16, float16, auto)") from None
 
 
-def _chat_template(path: str, tokenizer) -> str | None:
+def _chat_template(path: str, tokenizer) -> str | dict | None:
+    """The checkpoint's chat template; a dict {name: template} when it has named ones
+    (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors keep them."""
     import json
     from transformers.utils import cached_file
+    own = getattr(tokenizer, "chat_template", None)
     for fname in ("chat_template.jinja", "chat_template.json"):
         f = cached_file(path, fname, _raise_exceptions_for_missing_entries=False)
         if f:
             text = open(f, encoding="utf-8").read()
-            return json.loads(text)["chat_template"] if fname.endswith(".json") else text
-    return getattr(tokenizer, "chat_template", None)
+            text = json.loads(text)["chat_template"] if fname.endswith(".json") else text
+            return {**own, "default": text} if isinstance(own, dict) else text
+    return own
 
 
 class HFAudioLM(Adapter):
@@ -50,6 +54,9 @@ class HFAudioLM(Adapter):
     max_audio_seconds = 30.0
     positions_from_mask = True  # False where the model derives (multimodal) positions itself
     group_by_audio_length = False  # True where the audio encoder does not mask padded frames
+    chat_template_use = "always"
+    chat_template_how = ("always uses the model's chat template (its audio placeholder comes from it); a NAME picks "
+                         "one of the processor's named templates")
 
     def __init__(self, pretrained: str | None = None, dtype: str = "auto", device: str | None = None,
                  device_map: str | None = None, attn_implementation: str | None = None,
@@ -98,19 +105,39 @@ class HFAudioLM(Adapter):
         if self.attn_implementation:
             kw["attn_implementation"] = self.attn_implementation
         try:
-            self._processor = self.load_processor(self.pretrained)
+            self._load_processor()
             model = self.load_model(self.pretrained, **kw)
         except (OSError, ValueError) as err:
-            msg = str(err).splitlines()[0][:300]
-            raise AdapterError(
-                f"--model {self.name}: cannot load {self.pretrained!r} ({type(err).__name__}: {msg}). "
-                f"Give a local folder with --model_args pretrained=PATH, or download the weights first"
-                f"{' (HF_HUB_OFFLINE=1 is set, so nothing is fetched)' if offline else ''}.") from None
+            raise self._load_error(err) from None
         if not self.device_map:
             model.to(self.device)
         model.eval()
         self._model = model
         self._tokenizer.padding_side = "left"
+
+    def _load_processor(self):
+        """The processor alone (tokenizer, chat templates, feature extractor): no weights."""
+        if self._processor is None:
+            try:
+                self._processor = self.load_processor(self.pretrained)
+            except (OSError, ValueError) as err:
+                raise self._load_error(err) from None
+        return self._processor
+
+    def _load_error(self, err: Exception) -> AdapterError:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        msg = str(err).splitlines()[0][:300]
+        return AdapterError(
+            f"--model {self.name}: cannot load {self.pretrained!r} ({type(err).__name__}: {msg}). "
+            f"Give a local folder with --model_args pretrained=PATH, or download the weights first"
+            f"{' (HF_HUB_OFFLINE=1 is set, so nothing is fetched)' if offline else ''}.")
+
+    def chat_template_names(self) -> list[str]:
+        proc = self._load_processor()
+        templates = getattr(proc, "chat_template", None)
+        if templates is None:  # a processor that keeps its template on the tokenizer only
+            templates = getattr(self._tokenizer, "chat_template", None)
+        return sorted(k for k in templates if k != "default") if isinstance(templates, dict) else []
 
     @property
     def _tokenizer(self):
@@ -134,7 +161,9 @@ class HFAudioLM(Adapter):
         return sys_msg + [{"role": "user", "content": content}]
 
     def prompt_text(self, req: Request) -> str:
-        return self._processor.apply_chat_template(self.conversation(req), add_generation_prompt=True, tokenize=False)
+        named = {"chat_template": self.chat_template_name} if self.chat_template_name else {}
+        return self._processor.apply_chat_template(self.conversation(req), add_generation_prompt=True, tokenize=False,
+                                                   **named)
 
     def encode(self, texts: list[str], audios: list[np.ndarray | None]):
         kw = {"text": texts, "return_tensors": "pt", "text_kwargs": {"padding": True, "padding_side": "left"}}
@@ -325,6 +354,11 @@ class Voxtral(HFAudioLM):
     model_class = "VoxtralForConditionalGeneration"
     supports_loglikelihood = False  # the mistral-common chat encoder has no "prompt + fixed reply" form
     max_audio_seconds = 1800.0
+    chat_template_how = ("always uses mistral-common's chat encoding (no named templates; before tokenizer v11 a "
+                         "system instruction leads the user turn, as a system message beside audio is refused)")
+
+    def chat_template_names(self) -> list[str]:
+        return []  # mistral-common builds the chat itself; there is no Jinja template to choose
 
     def load_processor(self, path: str):
         try:
@@ -338,9 +372,21 @@ class Voxtral(HFAudioLM):
         content = []
         if req.audio is not None:
             content.append({"type": "audio", "base64": base64.b64encode(wav_bytes(req.audio, self.sample_rate)).decode()})
-        msgs = [{"role": "user", "content": content + [{"type": "text", "text": req.prompt}]}]
         system = req.system if req.system is not None else self.system_prompt
+        prompt = req.prompt
+        if system and req.audio is not None and not self._system_beside_audio():
+            # mistral-common refuses a system message beside audio before tokenizer v11, so the
+            # instruction leads the user turn instead of being dropped
+            prompt, system = f"{system}\n\n{prompt}", None
+        msgs = [{"role": "user", "content": content + [{"type": "text", "text": prompt}]}]
         return ([{"role": "system", "content": system}] if system else []) + msgs
+
+    def _system_beside_audio(self) -> bool:
+        try:
+            version = self._tokenizer.tokenizer.instruct_tokenizer.tokenizer.version
+            return int(str(version.value).lstrip("v")) >= 11
+        except (AttributeError, ValueError):
+            return False  # unknown: the form every version takes
 
     def inputs(self, requests: list[Request]):
         batch = self._processor.apply_chat_template(

@@ -16,10 +16,18 @@ from .base import Adapter, AdapterError, GenerationSettings, Request
 PROMPT_TEMPLATE = "USER: <Speech><SpeechHere></Speech> {}\nASSISTANT:"
 
 
+def salmonn_prompt(req: Request) -> str:
+    """The official template; a system instruction goes first, as in Vicuna's (SALMONN's LLM) format."""
+    text = PROMPT_TEMPLATE.format(req.prompt)
+    return f"{req.system}\n{text}" if req.system else text
+
+
 class Salmonn(Adapter):
     """SALMONN-13B/7B from an official checkout (salmonn_path=DIR or SALMONN_PATH)."""
     name = "salmonn"
     max_audio_seconds = 30.0
+    chat_template_use = "always"
+    chat_template_how = "always uses SALMONN's own prompt format (USER: <Speech>... ASSISTANT:; no named templates)"
 
     def __init__(self, salmonn_path: str | None = None, cfg_path: str | None = None, device: str = "cuda"):
         super().__init__(salmonn_path=salmonn_path, cfg_path=cfg_path)
@@ -66,6 +74,6 @@ class Salmonn(Adapter):
                        "padding_mask": torch.zeros(len(audio), dtype=torch.bool).unsqueeze(0)}
             samples = {k: v.to(self.device) for k, v in samples.items()}
             with torch.autocast(self.device.split(":")[0], dtype=torch.float16):
-                text = self._model.generate(samples, gen_cfg, prompts=[PROMPT_TEMPLATE.format(r.prompt)])[0]
+                text = self._model.generate(samples, gen_cfg, prompts=[salmonn_prompt(r)])[0]
             out.append(text.strip())
         return out

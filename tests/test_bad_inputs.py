@@ -574,7 +574,7 @@ CASES = [
     ("retrieval-eval-alphas-range", lambda c: casu("retrieval-eval", "--alphas", "0,5"), (E, 2, "--alphas", "0..1")),
     ("voices-sentences-negative", lambda c: casu("voices", "--sentences", "-1"), (E, 2, "--sentences", ">= 0")),
     ("push-dataset-missing-folder", lambda c: casu("push", "--repo", "me/x", "--folder", str(c.tmp / "nope")),
-     (E, 1, "nope")),
+     (E, 2, "--folder", "nope", "not a dataset folder")),
     # timeline: a during_turn offset past its turn is an error naming the event, not moved
     ("during-turn-offset-50s", lambda c: timeline_case(50.0), (E, 2, "events[1] (cow)", "offset 50", "turn 1")),
     ("during-turn-offset-past-end", lambda c: timeline_case(3.5), (E, 2, "events[1] (cow)", "offset 3.5")),

@@ -151,8 +151,7 @@ def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, build
 def test_push_sends_exactly_the_folder(built):
     out, _, _, _ = built
     (out / "scenes" / ".test-00000-of-00001.parquet.tmp999999999").write_bytes(b"half")  # a killed write
-    ops = plan_push(out)
-    paths = [o.path_in_repo for o in ops]
+    paths = plan_push(out)
     assert "README.md" in paths and "contextual_reasoning/test-00000-of-00001.parquet" in paths
     assert "ATTRIBUTION.md" in paths and not [p for p in paths if ".tmp" in p]
     assert paths == sorted(paths) and len(paths) == len(set(paths))
@@ -164,15 +163,15 @@ def test_push_sends_exactly_the_folder(built):
         def create_repo(self, **kw):
             self.calls.append(("create_repo", kw))
 
-        def create_commit(self, **kw):
-            self.calls.append(("create_commit", kw))
+        def upload_folder(self, **kw):
+            self.calls.append(("upload_folder", kw))
             return None
 
     api = Recorder()
     push(out, "casu-org/casu-mini", api=api)
-    (name1, repo), (name2, commit) = api.calls
-    assert repo == {"repo_id": "casu-org/casu-mini", "repo_type": "dataset", "private": False, "exist_ok": True}
-    assert commit["repo_type"] == "dataset" and [o.path_in_repo for o in commit["operations"]] == paths
+    (name1, repo), (name2, upload) = api.calls
+    assert repo == {"repo_id": "casu-org/casu-mini", "repo_type": "dataset", "private": True, "exist_ok": True}
+    assert upload["repo_type"] == "dataset" and upload["folder_path"] == str(out)  # tests/test_hub_push.py: what it sends
     with pytest.raises(ValueError, match="expected ORG/NAME"):
         push(out, "noslash", api=api)
 

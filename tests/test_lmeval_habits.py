@@ -261,6 +261,12 @@ class Hub:
             def do_GET(self):
                 hub.requests.append({"path": self.path, "body": b"", "auth": self.headers.get("authorization")})
                 self._reply(404, {"error": "not here"})
+
+            def do_PUT(self):  # repo settings (gated)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hub.requests.append({"path": self.path, "body": body, "auth": self.headers.get("authorization"),
+                                     "method": "PUT"})
+                self._reply(status, {} if status == 200 else {"error": "no"})
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -268,6 +274,20 @@ class Hub:
     def commit_lines(self) -> list[dict]:
         c = next(r for r in self.requests if "/commit/" in r["path"])
         return [json.loads(line) for line in c["body"].decode().splitlines()]
+
+    def committed(self) -> dict[str, set[str]]:
+        """repo -> the paths of the files its commits added."""
+        out: dict[str, set[str]] = {}
+        for r in self.requests:
+            if "/commit/" in r["path"]:
+                repo = r["path"].split("/commit/")[0][len("/api/datasets/"):]
+                out.setdefault(repo, set()).update(json.loads(x)["value"]["path"] for x in r["body"].decode().splitlines()
+                                                   if json.loads(x)["key"] == "file")
+        return out
+
+    def created(self) -> dict[str, dict]:
+        return {f"{b['organization']}/{b['name']}": b for b in
+                (json.loads(r["body"]) for r in self.requests if r["path"] == "/api/repos/create")}
 
     def close(self):
         self.server.shutdown()
@@ -391,6 +411,100 @@ def test_hub_errors_are_one_line_with_exit_5(two_runs, monkeypatch):
     assert rc == 0 and "5  push" in out
 
 
+# -- --hf_hub_log_args push_results_to_hub=true: the run pushed when it ends -------------------------
+
+@pytest.fixture
+def local_hub(monkeypatch, online):
+    import huggingface_hub.constants as C
+    hub = Hub()
+    monkeypatch.setattr(C, "ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEtoken1234567890")
+    yield hub
+    hub.close()
+
+
+def test_push_results_to_hub_pushes_the_run_when_it_ends(ds, tmp_path, local_hub):
+    from harness import simple_evaluate
+    res = simple_evaluate("random", tasks="role_inference", dataset=str(ds), probe=False, log_samples=True,
+                          output_path=tmp_path / "r", hf_hub_log_args="hub_results_org=me,push_results_to_hub=true,"
+                          "push_samples_to_hub=true,details_repo_name=casu-details,gated=true")
+    assert res.pushed["pushed"] and res.pushed["repo"] == "me/casu-results", res.pushed
+    stamp = res.path.stem[len("results_"):]
+    got = local_hub.committed()
+    assert got["me/casu-results"] == {f"random/results_{stamp}.json", f"random/lm_eval_{stamp}.json", "README.md"}
+    assert got["me/casu-details"] == {f"random/samples_role_inference_{stamp}.jsonl", "README.md"}
+    made = local_hub.created()
+    assert set(made) == {"me/casu-results", "me/casu-details"} and all(private(b) for b in made.values())
+    gates = [(r["path"], json.loads(r["body"])) for r in local_hub.requests if r.get("method") == "PUT"]
+    assert gates == [("/api/datasets/me/casu-results/settings", {"gated": "auto"}),
+                     ("/api/datasets/me/casu-details/settings", {"gated": "auto"})]
+    assert res.pushed["details_operations"] == [f"random/samples_role_inference_{stamp}.jsonl", "README.md"]
+
+
+def test_the_cli_pushes_results_only_unless_samples_are_asked_for(ds, tmp_path, local_hub):
+    rc, out, err = run(ds, tmp_path / "r", "--log_samples", "--hf_hub_log_args",
+                       "hub_results_org=me,results_repo_name=res,push_results_to_hub=true,public_repo=true")
+    assert rc == 0, err
+    assert "pushed to public datasets/me/res: 3 files" in out
+    sent = local_hub.committed()["me/res"]
+    assert not [p for p in sent if "/samples_" in p] and any("/results_" in p for p in sent)
+    assert private(local_hub.created()["me/res"]) is False
+    assert not [r for r in local_hub.requests if r.get("method") == "PUT"]  # not gated
+
+
+def test_a_push_that_cannot_happen_is_refused_before_anything_loads(ds, tmp_path, monkeypatch):
+    from harness import UsageError, simple_evaluate
+    missing = tmp_path / "no_dataset"  # the checks come first: the dataset is never opened
+    cases = [("push_results_to_hub=true", (), "needs hub_results_org=ORG"),
+             ("hub_results_org=me,push_results_to_hub=true", ("--limit", "3"), "a --limit run is never pushed"),
+             ("hub_results_org=me,push_results_to_hub=true,push_samples_to_hub=true", (), "needs --log_samples"),
+             ("hub_results_org=me,push_samples_to_hub=true", ("--log_samples",), "also set push_results_to_hub"),
+             ("hub_results_org=me,push_results_to_hub=true,push_samples_to_hub=true,details_repo_name=a..b",
+              ("--log_samples",), "details_repo_name 'me/a..b'")]
+    for log_args, extra, why in cases:
+        rc, out, err = run(missing, tmp_path / "r", "--hf_hub_log_args", log_args, *extra)
+        assert rc == 2 and "--hf_hub_log_args" in err and why in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(UsageError, match="push_results_to_hub=true: needs --output_path"):
+        simple_evaluate("random", tasks="role_inference", dataset=str(ds), probe=False,
+                        hf_hub_log_args="hub_results_org=me,push_results_to_hub=true")
+    from casu_dataset import hub
+    monkeypatch.setattr(hub, "can_gate", lambda: False)  # a huggingface_hub without update_repo_settings(gated=)
+    rc, _, err = run(missing, tmp_path / "r", "--hf_hub_log_args",
+                     "hub_results_org=me,push_results_to_hub=true,gated=true")
+    assert rc == 2 and "gated=true" in err and "cannot gate" in err
+    rc, _, err = run(ds, tmp_path / "r2", "--hf_hub_log_args", "hub_results_org=me,gated=true")  # no push: recorded
+    assert rc == 0, err
+
+
+def test_a_hub_failure_after_the_run_keeps_the_results_and_names_the_retry(ds, tmp_path, monkeypatch, online):
+    import shlex
+
+    import huggingface_hub.constants as C
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEtoken1234567890")
+    bad = Hub(status=403)
+    monkeypatch.setattr(C, "ENDPOINT", bad.url)
+    try:
+        rc, out, err = run(ds, tmp_path / "r", "--log_samples", "--hf_hub_log_args",
+                           "hub_results_org=me,push_results_to_hub=true")
+    finally:
+        bad.close()
+    assert rc == 5 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "me/casu-results" in err and "403" in err and "hf_FAKEtoken" not in err
+    saved = next((tmp_path / "r").glob("*/results_*.json"))
+    assert str(saved) in err and "| random |" in out  # the run is on disk and its table printed
+    retry = shlex.split(err.split("retry: ")[1])
+    assert retry[:4] == ["python", "-m", "harness", "push"] and "--no_samples" in retry
+    good = Hub()
+    monkeypatch.setattr(C, "ENDPOINT", good.url)
+    try:
+        rc, out, err = cli(*retry[3:])
+    finally:
+        good.close()
+    assert rc == 0, err
+    sent = good.committed()["me/casu-results"]
+    assert f"random/{saved.name}" in sent and not [p for p in sent if "/samples_" in p]
+
+
 # -- the progress bar's order ----------------------------------------------------------------------
 
 def test_run_order_keeps_every_group_as_far_along_as_the_run(ds):
@@ -419,6 +533,29 @@ def test_run_order_keeps_every_group_as_far_along_as_the_run(ds):
             done = sum(u.task.task == "slow_one" for u in order[:i]) / n_slow
             assert abs(done - i / len(order)) <= bs / n_slow + 1e-9, (bs, i)
 
+
+
+def test_run_order_keeps_a_familys_scenes_together_in_a_hashed_family_order(ds):
+    """A family's variants share work (one transcript per clip, one blind score per question):
+    they run together, and families come in a hashed (not by-name) order so the cost per unit
+    does not drift over a --limit run, whose first families by name cover more tasks."""
+    import dataclasses
+
+    from harness.conditions import FULL
+    from harness.data import CasuData
+    from harness.runner import interleave, make_units
+    from harness.task_config import load_tasks
+    from model_adapters.baselines import RandomBaseline
+    t = load_tasks()["role_inference"]
+    samples = CasuData(str(ds)).samples(t.dataset_config, t.split)
+    fams = [f"fam{i // 2:02d}" for i in range(len(samples))]  # five families of two scenes
+    samples = [dataclasses.replace(s, family_id=f) for s, f in zip(samples, fams)]
+    units = make_units(t, samples, [FULL], RandomBaseline(), "generate", False, False, ["k"])
+    order = interleave(units, lambda u: u.mode, 1)
+    seq = [u.sample.family_id for u in order]
+    runs = [f for i, f in enumerate(seq) if i == 0 or seq[i - 1] != f]
+    assert sorted(runs) == sorted(set(seq))  # each family is one contiguous run
+    assert runs != sorted(runs)  # and families are not in name order
 
 def test_cpu_threads_default_and_overrides(monkeypatch):
     import os

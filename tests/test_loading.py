@@ -117,16 +117,42 @@ def test_parquet_row_groups_of_100(tmp_path, casu_small):
 
 
 def test_eval_yaml_lists_the_tasks(casu_small):
+    """Exactly the Hub's documented eval.yaml keys (it is validated at push time), no YAML aliases,
+    and the value each task reports named in the description."""
     import yaml
+    from casu_dataset.card import EVAL_TASK_KEYS, EVAL_YAML_KEYS
     from casu_dataset.contract import mcq_tasks
-    root = Path(__file__).resolve().parents[1]
-    doc = yaml.safe_load((casu_small / "eval.yaml").read_text())
+    text = (casu_small / "eval.yaml").read_text()
+    doc = yaml.safe_load(text)
+    assert tuple(doc) == EVAL_YAML_KEYS == ("name", "description", "evaluation_framework", "tasks")
     assert doc["name"] and doc["evaluation_framework"] == "casu-harness"
+    assert "&id" not in text and "*id" not in text
     by_id = {t["id"]: t for t in doc["tasks"]}
     assert set(by_id) == {*mcq_tasks(), "scene_description"} and len(mcq_tasks()) == 4
     for tid, t in by_id.items():
-        assert t["split"] == "test" and (casu_small / t["config"]).is_dir()
-        # The metrics agree with the harness's task files (less the diagnostic unparsed_rate).
-        declared = yaml.safe_load((root / "tasks" / f"{tid}.yaml").read_text())["metrics"]
-        assert set(t["metrics"]) == set(declared) - {"unparsed_rate"}
+        assert tuple(t) == EVAL_TASK_KEYS and t["split"] == "test" and (casu_small / t["config"]).is_dir()
+    values = doc["description"].split("(0-100, full audio): ")[1]
+    assert f"{', '.join(mcq_tasks())}: accuracy x100" in values and "scene_description: BERTScore F1 x100" in values
     assert "(eval.yaml)" in (casu_small / "README.md").read_text()
+
+
+def test_eval_results_entries_match_the_datasets_eval_yaml(casu_small):
+    """Each .eval_results entry `harness push` / `pr-eval-results` writes names a task of the built
+    dataset's eval.yaml, with its evaluation_framework and the metric its description names."""
+    import yaml
+
+    from harness import simple_evaluate
+    from harness.push import eval_results_entries
+    doc = yaml.safe_load((casu_small / "eval.yaml").read_text())
+    res = simple_evaluate("random", tasks="all", dataset=str(casu_small), probe=False, limit=2)
+    entries = eval_results_entries(res.document, "org/casu", "https://huggingface.co/datasets/org/casu-results")
+    ids = {t["id"] for t in doc["tasks"]}
+    assert {e["dataset"]["task_id"] for e in entries} == ids
+    # "role_inference, ...: accuracy x100; scene_description: BERTScore F1 x100" -> task -> label
+    values = doc["description"].split("(0-100, full audio): ")[1].split(". ")[0]
+    label = {tid.strip(): lab for part in values.split("; ") for tids, lab in [part.split(": ")]
+             for tid in tids.split(",")}
+    names = {"accuracy": "accuracy x100", "bertscore_f1": "BERTScore F1 x100"}
+    for e in entries:
+        assert e["evaluation_framework"] == doc["evaluation_framework"] and 0 <= e["value"] <= 100
+        assert label[e["dataset"]["task_id"]] == names[e["notes"].split(" x100")[0]]

@@ -1,0 +1,212 @@
+"""Issue 17: `python -m casu_dataset push` as a large-folder upload (huggingface_hub's
+upload_folder: several commits, resumable), against a local server that answers as the Hub does
+and keeps what was committed. Nothing here touches the network."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import http.server
+import io
+import json
+import threading
+
+import pytest
+
+
+def git_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class Hub:
+    """The Hub's upload endpoints: create repo, validate the card, preupload (every file "regular",
+    so no xet transfer; a committed file answers with its oid, so a re-run skips it), commit (kept
+    per repo), and the repo info a re-run with nothing new asks for."""
+
+    def __init__(self, fail_commits: int = 0, refuse: bool = False):
+        self.requests: list[dict] = []
+        self.files: dict[str, bytes] = {}
+        self.commits: list[list[str]] = []
+        self.fail_commits = fail_commits
+        hub = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _reply(self, code, body):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hub.requests.append({"method": "POST", "path": self.path, "body": body})
+                if refuse:
+                    return self._reply(403, {"error": "You don't have the rights to create a repo under 'me'"})
+                if self.path == "/api/repos/create":
+                    b = json.loads(body)
+                    return self._reply(200, {"url": f"{hub.url}/datasets/{b['organization']}/{b['name']}"})
+                if self.path == "/api/validate-yaml":
+                    return self._reply(200, {"errors": [], "warnings": []})
+                if "/preupload/" in self.path:
+                    files = json.loads(body)["files"]
+                    return self._reply(200, {"files": [
+                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                         "oid": git_oid(hub.files[f["path"]]) if f["path"] in hub.files else None} for f in files]})
+                if "/commit/" in self.path:
+                    if hub.fail_commits:
+                        hub.fail_commits -= 1
+                        return self._reply(403, {"error": "You don't have the rights to commit"})
+                    lines = [json.loads(x) for x in body.decode().splitlines()]
+                    got = {x["value"]["path"]: base64.b64decode(x["value"]["content"]) for x in lines
+                           if x["key"] == "file"}
+                    hub.files.update(got)
+                    hub.commits.append(sorted(got))
+                    repo = self.path.split("/commit/")[0][len("/api/"):]
+                    return self._reply(200, {"commitUrl": f"{hub.url}/{repo}/commit/{'b' * 40}",
+                                             "commitOid": "b" * 40})
+                self._reply(404, {"error": "unexpected " + self.path})
+
+            def do_GET(self):
+                hub.requests.append({"method": "GET", "path": self.path})
+                if "/revision/" in self.path:  # repo_info, after a run that had nothing to commit
+                    repo = self.path.split("/revision/")[0][len("/api/datasets/"):]
+                    return self._reply(200, {"id": repo, "sha": "b" * 40, "private": True})
+                self._reply(404, {"error": "not here"})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """The client online, and pointed at the local server only."""
+    import huggingface_hub.constants as C
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", False)
+    h = Hub()
+    monkeypatch.setattr(C, "ENDPOINT", h.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEtoken1234567890")
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A dataset-like folder of 300 small files, a temp file of a killed write and an hf download cache."""
+    d = tmp_path / "ds"
+    (d / "scenes").mkdir(parents=True)
+    (d / "README.md").write_text("---\npretty_name: tiny\n---\n# tiny\n")
+    for i in range(300):
+        (d / "scenes" / f"s{i:03d}.json").write_text(json.dumps({"i": i}))
+    (d / "scenes" / ".s000.json.tmp4242").write_text("half")  # atomic.tmp_path of an unfinished write
+    (d / ".cache" / "huggingface").mkdir(parents=True)
+    (d / ".cache" / "huggingface" / "x").write_text("download metadata")
+    return d
+
+
+def cli(*argv) -> tuple[int, str, str]:
+    from casu_dataset.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):
+    from casu_dataset import atomic
+    from casu_dataset.hub import plan_push
+    plan = plan_push(folder)
+    expected = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                      if p.is_file() and not atomic.is_tmp(p) and ".cache" not in p.parts)
+    assert plan == expected and len(plan) == 301
+    assert atomic.is_tmp(folder / "scenes" / ".s000.json.tmp4242")
+    rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder), "--dry_run")
+    assert rc == 0, err
+    assert "301 files" in out and "private" in out
+    assert [line.strip() for line in out.splitlines()[1:]] == plan
+
+
+def test_push_commits_the_plan_in_several_commits_privately_and_resumes(folder, hub):
+    from casu_dataset.hub import plan_push
+    rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
+    assert rc == 0, err
+    create = json.loads(next(r for r in hub.requests if r["path"] == "/api/repos/create")["body"])
+    assert create["type"] == "dataset" and create["name"] == "tiny" and create.get("visibility") == "private"
+    assert len(hub.commits) >= 2, hub.commits  # a large folder goes in batches, not one commit
+    sent = [p for c in hub.commits for p in c]
+    assert sorted(sent) == plan_push(folder) and len(sent) == len(set(sent))
+    assert "pushed 301 files" in out and "private" in out
+    # a re-run resumes: every file is already there with the same content, so nothing is committed again
+    n = len(hub.commits)
+    rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
+    assert rc == 0, err
+    assert len(hub.commits) == n
+    # one changed file: only it is sent
+    (folder / "scenes" / "s007.json").write_text("changed")
+    rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
+    assert rc == 0 and hub.commits[-1] == ["scenes/s007.json"]
+
+
+def test_a_refused_commit_is_retried_in_smaller_batches(folder, hub):
+    """The pipeline's adaptive batches: a commit the Hub refuses is split and sent again."""
+    from casu_dataset.hub import plan_push, push
+    hub.fail_commits = 1
+    push(folder, "me/tiny", token="hf_FAKEtoken1234567890")
+    assert sorted(p for c in hub.commits for p in c) == plan_push(folder)
+    assert max(len(c) for c in hub.commits) < 250 and len(hub.commits) >= 3
+
+
+def test_hub_failures_and_bad_inputs_are_one_line(folder, tmp_path, monkeypatch):
+    import huggingface_hub.constants as C
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEtoken1234567890")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the user's own offline setting is kept
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
+    rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
+    assert rc == 5 and len(err.strip().splitlines()) == 1 and "--repo me/tiny" in err and "offline" in err
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", False)
+    h = Hub(refuse=True)
+    monkeypatch.setattr(C, "ENDPOINT", h.url)
+    try:
+        rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
+    finally:
+        h.close()
+    assert rc == 5 and len(err.strip().splitlines()) == 1 and "403" in err and "hf_FAKE" not in err, err
+    rc, _, err = cli("push", "--repo", "noslash", "--folder", str(folder))
+    assert rc == 2 and "--repo 'noslash'" in err
+    rc, _, err = cli("push", "--repo", "me/tiny", "--folder", str(tmp_path / "nothing"))
+    assert rc == 2 and "--folder" in err and "not a dataset folder" in err
+    rc, _, err = cli("push", "--repo", "me/tiny", "--folder", str(folder), "--public", "--private")
+    assert rc == 2 and "not allowed with" in err
+
+
+def test_the_command_goes_online_by_itself(folder, tmp_path):
+    """`python -m casu_dataset` defaults to offline for reading; `push` alone goes online (here:
+    to the local server through HF_ENDPOINT) unless the user set HF_HUB_OFFLINE."""
+    import os
+    import subprocess
+    import sys
+    h = Hub()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT=h.url, HF_TOKEN="hf_FAKEtoken1234567890", HF_HOME=str(tmp_path / "hf"))
+    try:
+        p = subprocess.run([sys.executable, "-m", "casu_dataset", "push", "--repo", "me/tiny", "--folder",
+                            str(folder), "--public"], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        h.close()
+    assert p.returncode == 0, p.stderr
+    assert len(h.commits) >= 2 and "public" in p.stdout
+    create = json.loads(next(r for r in h.requests if r["path"] == "/api/repos/create")["body"])
+    assert create.get("visibility") == "public"
