@@ -12,8 +12,9 @@ from .contract import DESCRIPTION_TASK, dataset_configs, mcq_configs, tasks
 from .loading import ALL_CONFIG  # every multiple-choice question together: the default config
 
 DEFAULT_NAME = "CASU-mini"
-# 2.0.0: contrast families (v2 library, family columns); 1.x: CASU-mini v1 scenes.
-DATASET_VERSION = "2.0.0"
+# 2.1.0: 40 slot families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2
+# library, family columns); 1.x: CASU-mini v1 scenes.
+DATASET_VERSION = "2.1.0"
 _HERE = Path(__file__).parent
 
 
