@@ -19,9 +19,9 @@ setup:
 demo: setup
 	$(PY) -m casu_dataset build --out casu_mini --num-proc 2
 	$(PY) -m casu_dataset demo --out demo_out
-	$(PY) -m harness --model cascade --tasks all --limit 32 --dataset casu_mini --output_path demo_out/results --log_samples --quiet
-	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --dataset casu_mini --output_path demo_out/results --log_samples --quiet
-	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples --quiet
+	$(PY) -m harness --model cascade --tasks all --limit 32 --dataset casu_mini --output_path demo_out/results --log_samples
+	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --dataset casu_mini --output_path demo_out/results --log_samples
+	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples
 	$(PY) -m harness table demo_out/results
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.
