@@ -9,6 +9,8 @@ their condition (`acc,P__`). Values keep the project's scale (accuracy 0-1, BLEU
 resampled by contrast family where there are families), "N/A" where there is no CI."""
 from __future__ import annotations
 
+import hashlib
+
 from casu_dataset.contract import FULL_CONDITION
 
 # project metric -> lm-eval metric name; higher is better for all of them
@@ -69,6 +71,14 @@ def view(doc: dict) -> dict:
             "torch_seed": cfg.get("seed"),
             "fewshot_seed": None,
         },
+        # lm-eval's run-level prompt settings; the template is named, not inlined (the adapter's
+        # fingerprint covers its text), so there is no chat_template_sha here
+        "system_instruction": cfg.get("system_instruction"),
+        "system_instruction_sha": hashlib.sha256(cfg["system_instruction"].encode()).hexdigest()
+        if cfg.get("system_instruction") else None,
+        "chat_template": cfg.get("chat_template_name"),
+        "apply_chat_template": cfg.get("apply_chat_template"),
+        "fewshot_as_multiturn": bool(cfg.get("fewshot_as_multiturn")),
         "git_hash": doc.get("git_hash"),
         "date": doc.get("date"),
         "model_name": model["name"],

@@ -183,7 +183,8 @@ def test_table_reads_an_old_adapter_keyed_folder(ds, tmp_path):
 def test_lm_eval_view_has_lm_evals_keys_with_the_projects_values(ds, tmp_path):
     from casu_dataset.contract import FULL_CONDITION
     out = tmp_path / "r"
-    rc, _, err = run(ds, out, "--conditions", "PEB,P__", "--limit", "6", "--gen_kwargs", "max_new_tokens=9")
+    rc, _, err = run(ds, out, "--conditions", "PEB,P__", "--limit", "6", "--gen_kwargs", "max_new_tokens=9",
+                     "--system_instruction", "Answer briefly.")
     assert rc == 0, err
     d = out / "random"
     doc = json.loads(next(d.glob("results_*.json")).read_text())
@@ -200,6 +201,10 @@ def test_lm_eval_view_has_lm_evals_keys_with_the_projects_values(ds, tmp_path):
     assert lm["config"]["model"] == "random" and lm["config"]["limit"] == 6
     assert lm["config"]["gen_kwargs"] == {"max_new_tokens": "9"}
     assert lm["configs"]["role_inference"]["generation_kwargs"]["max_new_tokens"] == 9
+    import hashlib
+    assert lm["system_instruction"] == "Answer briefly." == doc["config"]["system_instruction"]
+    assert lm["system_instruction_sha"] == hashlib.sha256(b"Answer briefly.").hexdigest()
+    assert lm["fewshot_as_multiturn"] is False and "chat_template" in lm
 
 
 def test_lm_eval_view_family_accuracy():
