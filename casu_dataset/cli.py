@@ -229,6 +229,30 @@ def _family_validity(args, src) -> int:
     return 1 if bad else 0
 
 
+def cmd_audit(args) -> int:
+    """Honest-reader packets of the contrast families, and the score of the readers' answers."""
+    from . import family_audit as fa
+    from .scenarios.families import DEFAULT_V2_DIR, FamilyError, compile_families
+    try:
+        if args.action == "packets":
+            scenes = compile_families(args.scenarios or DEFAULT_V2_DIR)
+            fams = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+            counts = fa.write_packets(scenes, args.dir, per_packet=args.per_packet, families=fams)
+            for name, n in counts.items():
+                print(f"{args.dir}/packet_{name}.md: {n} items (reader: READER_{'scene' if name.startswith('scene') else 'views'}.md)")
+            print(f"keys: {args.dir}/keys.json (for `audit score` only; never give it to a reader)")
+            return 0
+        res = fa.score(args.dir)
+    except (FamilyError, fa.AuditError) as err:
+        print(f"audit: {err}", file=sys.stderr)
+        return 2
+    report = fa.format_score(res)
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report + "\n")
+    return 1 if res["problems"] else 0
+
+
 def cmd_generate(args) -> int:
     """Agent pipeline: contrast families (--families N; casu_dataset/agents/README.md), or v1
     scenes (--n): script agent -> narrator -> questions -> critic panel."""
@@ -480,6 +504,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="also write the Markdown report here")
     p.add_argument("--cache", default=None)
     p.set_defaults(fn=cmd_validity)
+    p = sub.add_parser("audit", help="honest-reader packets of the contrast families (one view each, no keys) "
+                                     "and the score of the readers' answers")
+    p.add_argument("action", choices=["packets", "score"])
+    p.add_argument("dir", help="the packet folder (written by `packets`, read by `score`)")
+    p.add_argument("--scenarios", default=None, help="family folder/file (default: the shipped CASU-mini v2 families)")
+    p.add_argument("--families", default=None, help="packets: only these family ids (comma list)")
+    p.add_argument("--per-packet", type=_int_in(1), default=200, help="packets: items per packet file")
+    p.add_argument("--out", default=None, help="score: also write the report here")
+    p.set_defaults(fn=cmd_audit)
     p = sub.add_parser("build", help="build the dataset folder (parquet + dataset card)")
     p.add_argument("--out", required=True)
     p.add_argument("--scenarios", default="default",
