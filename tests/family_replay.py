@@ -2,8 +2,10 @@
 
 The answers come from two hand-written CASU-mini v2 families (one slot, one crossed): the script
 agent gets the library family back as a draft, the narrator its variant description, the
-question agent its question, and the consensus critics answer with the key of the variant they
-read. `overrides[kind](messages, reply) -> reply` changes one kind's reply for a failure test.
+question agent its question, the consensus critics answer with the key of the variant they
+read, and the views critics keep plausible exactly the options the design keeps for the view they
+read (matched by option text, since the generated family's letters differ from the library's).
+`overrides[kind](messages, reply) -> reply` changes one kind's reply for a failure test.
 """
 from __future__ import annotations
 
@@ -42,6 +44,31 @@ def _source(messages: list[dict]) -> dict:
     return SOURCE["slot"]
 
 
+def options_by_text(user: str) -> dict[str, str]:
+    """The prompt's lettered options: {option text: letter}."""
+    return {t: L for L, t in re.findall(r"^([ABCD])\. (.*)$", user, re.M)}
+
+
+def view_design(user: str) -> tuple[dict, list[str]]:
+    """The source question of a views prompt (found by its text) and the variant keys that stay
+    plausible for the view shown: a fill's two (its description is in the prompt), a speech
+    version's two (its own turn texts are), or all four of a slot family's speech."""
+    question = re.search(r"^Question: (.*)$", user, re.M).group(1)
+    src, q = next((f, q) for f in SOURCE.values() for q in f["questions"] if q["q"] == question)
+    fills = [f for f, d in src["fills"].items() if d["description"] in user]
+    versions = [v for v in src.get("versions") or []
+                if all(t["text"][v] in user for t in src["script"]["turns"] if isinstance(t["text"], dict))]
+    if fills:
+        keys = [k for k in q["options"] if k.split(".")[-1] == fills[0]]
+    elif versions:
+        keys = [k for k in q["options"] if k.split(".")[0] == versions[0]]
+    elif src["shape"] == "slot":
+        keys = list(src["fills"])
+    else:
+        raise AssertionError(f"views prompt shows neither a fill nor a speech version of {src['id']}")
+    return q, keys
+
+
 def default_reply(messages: list[dict]) -> str:
     kind = prompt_kind(messages)
     user = messages[1]["content"]
@@ -64,8 +91,12 @@ def default_reply(messages: list[dict]) -> str:
         key = _SCENE_ID.search(user).group(2)
         question = re.search(r"Question: (.*)\n", user).group(1)
         q = next(q for q in src["questions"] if q["q"] == question)
-        letters = dict((t, L) for L, t in re.findall(r"^([ABCD])\. (.*)$", user, re.M))
-        return json.dumps({"answer": letters[q["options"][key]], "reason": "the deciding sound"})
+        return json.dumps({"answer": options_by_text(user)[q["options"][key]], "reason": "the deciding sound"})
+    if kind == "views":
+        q, keys = view_design(user)
+        letters = options_by_text(user)
+        return json.dumps({"plausible": sorted(letters[q["options"][k]] for k in keys),
+                           "reason": "the unheard part decides between these"})
     raise AssertionError(f"unexpected prompt kind {kind!r}: {messages[0]['content'][:80]}")
 
 

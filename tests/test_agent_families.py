@@ -6,6 +6,7 @@ YAML goes through the library compiler and family_validity; the retrieval check 
 retriever on the embedded bank; the resume test kills a real `generate` process with SIGKILL."""
 import hashlib
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -57,13 +58,29 @@ def test_accepted_families_compile_and_pass_validity(tmp_path, retriever):
     checks = {(c["check"], c["by"]) for c in rep["families"][1]["checks"]}
     assert checks == {("naming", "mechanical"), ("compile", "mechanical"), ("distinct_fills", "retrieval"),
                       ("naming", "critics"), ("distinct_fills", "critics"), ("coherence", "critics"),
-                      ("consensus", "critics")}
+                      ("views", "critics"), ("consensus", "critics")}
+    assert [c["check"] for c in rep["families"][1]["checks"]][-2:] == ["views", "consensus"]
+    # views: the crossed family's two speech versions and two fills, each with its two keys plausible
+    views = {f["id"]: next(c for c in f["checks"] if c["check"] == "views") for f in rep["families"]}
+    crossed = views[CROSSED.id]["items"]
+    assert sorted((r["view"], r["shows"]) for r in crossed) == [("sounds", "bell"), ("sounds", "whistle"),
+                                                                ("speech", "miss"), ("speech", "mum")]
+    assert all(len(r["expect"]) == 2 and len(r["votes"]) == 3 and r["id"] and r["breaks"] == 0 for r in crossed)
+    assert all(v["plausible"] == r["expect"] for r in crossed for v in r["votes"])
+    by_view = {(r["view"], r["shows"]): set(r["expect"]) for r in crossed}
+    assert by_view[("speech", "mum")] | by_view[("speech", "miss")] == set("ABCD") == \
+        by_view[("sounds", "bell")] | by_view[("sounds", "whistle")]
+    [slot] = views[SLOT.id]["items"]    # a slot family's sounds decide its key: only its speech view
+    assert (slot["view"], slot["shows"], slot["expect"]) == ("speech", "slot", list("ABCD"))
+    assert all(v["plausible"] == list("ABCD") for v in slot["votes"])
     cons = next(c for c in rep["families"][1]["checks"] if c["check"] == "consensus")
     assert {r["variant"] for r in cons["rows"]} == {"mum.bell", "mum.whistle", "miss.bell", "miss.whistle"}
     assert sorted(r["key"] for r in cons["rows"]) == list("ABCD")
     assert all(r["agree"] == 3 and all(v["reason"] for v in r["votes"]) for r in cons["rows"])
-    # One call per variant for the narrator; k per variant for coherence and consensus.
+    # One call per variant for the narrator; k per variant for coherence and consensus; k per view
+    # for views (slot: one speech view; crossed: two speech versions and two fills).
     assert b.calls["narrator"] == 8 and b.calls["coherence"] == 24 and b.calls["consensus"] == 24
+    assert b.calls["views"] == 3 * 1 + 3 * 4
     assert "consensus counterfactual_reasoning mum.bell: key" in (tmp_path / "fams.yaml").read_text()
 
 
@@ -87,7 +104,31 @@ def _bee_sounds_like_a_dog(messages, reply):
     return json.dumps(d)
 
 
+def _keep_one_for_miss(messages, reply):
+    """Critics 1 and 2 keep only the first of the two options of the 'Miss' speech version."""
+    if seat(messages) < 3 and "Miss, can I go now?" in messages[1]["content"]:
+        d = json.loads(reply)
+        return json.dumps({"plausible": d["plausible"][:1], "reason": "Miss means a teacher at home time"})
+    return reply
+
+
+def _drop_bee(messages, reply):
+    """Critic 1 finds the bee option absurd without hearing the slot."""
+    if seat(messages) == 1:
+        d = json.loads(reply)
+        bee = next(L for L, t in re.findall(r"^([ABCD])\. (.*)$", messages[1]["content"], re.M) if "sting" in t)
+        return json.dumps({"plausible": [L for L in d["plausible"] if L != bee], "reason": "no sign of insects"})
+    return reply
+
+
 REJECTIONS = {
+    # views: a crossed family's speech version that gives its key away, a slot family's absurd option
+    "views keep one": (CROSSED, {"views": _keep_one_for_miss}, "views", "critics",
+                       "questions.counterfactual_reasoning, speech view 'miss': 2 of 3 critics keep only ["),
+    "views drop one": (SLOT, {"views": _drop_bee}, "views", "critics",
+                       "questions.counterfactual_reasoning, speech view 'slot': 1 of 3 critics drop ["),
+    "views no valid JSON": (SLOT, {"views": lambda ms, r: json.dumps({"plausible": ["E"]})}, "views", "critics",
+                            "speech view 'slot': only 0 of 3 critics gave a valid vote"),
     # consensus: two of three critics always answer A, so only the variant keyed A gets 2 votes
     "consensus": (SLOT, {"consensus": lambda ms, r: json.dumps({"answer": "A"}) if seat(ms) < 3 else r},
                   "consensus", "critics", "critics picked its key"),
@@ -118,7 +159,11 @@ def test_each_rejection_is_recorded_with_its_reason(name):
     last = row["checks"][-1]
     assert not last["passed"] and all(c["passed"] for c in row["checks"][:-1])
     if by == "mechanical":                            # a mechanical rejection costs no critic call
-        assert not {"naming", "distinct", "coherence", "consensus"} & set(b.calls)
+        assert not {"naming", "distinct", "coherence", "views", "consensus"} & set(b.calls)
+    if check == "views":                              # views runs before consensus, which then costs nothing
+        assert "consensus" not in b.calls and b.calls["coherence"] == 12
+        broken = next(r for r in last["items"] if not r["passed"])
+        assert broken["view"] == "speech" and len(broken["votes"]) == 3 and broken["expect"]
 
 
 def test_retrieval_rejects_a_fill_that_retrieves_another_type(retriever):

@@ -36,6 +36,7 @@ SYSTEM = {
     "coherence": "You check whether any line of speech contradicts a sound heard in the same audio scene.",
     "naming": "You check whether a question gives away which sound is heard in an audio scene.",
     "distinct": "You judge whether a listener can tell sounds apart by ear.",
+    "views": "You judge which answers to a question stay plausible when only part of an audio scene was heard.",
 }
 
 PLACES = ["primary school classroom", "train station platform", "hospital corridor", "busy restaurant kitchen",

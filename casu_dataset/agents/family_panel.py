@@ -10,7 +10,13 @@ rejected family costs no more calls), and every vote and reason goes into the re
 5. distinct fills (critics): no critic may name a pair of fills that sound alike;
 6. coherence: for each variant (in a crossed family: each speech version with each fill), no
    critic may find a line of speech that contradicts that variant's sound;
-7. consensus: for each question and each variant, at least m of k critics answering from that
+7. views: the honest-reader check of `family_audit` run by critics. For each question and each
+   single view of `family_audit.family_items` (a speech version, or a slot family's speech; a
+   crossed family's fill, its background and events), critics who see only that view list the
+   options that stay plausible; no critic may keep a single option where the design expects more
+   (the view gives the key away or contradicts a fill) or drop an option the design keeps (a line
+   contradicts a variant; a slot family's option absurd without the slot);
+8. consensus: for each question and each variant, at least m of k critics answering from that
    variant's description and script pick that variant's key.
 
 A yes/no check also needs at least m valid votes: critics that give no valid JSON cannot pass a
@@ -26,6 +32,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
+from ..family_audit import family_items
 from ..family_validity import check_family
 from ..scenarios.families import Fill, FamilyError, compile_family, naming_violations, parse_family
 from ..scenarios.library import LETTERS
@@ -51,6 +58,11 @@ class NamingVote(BaseModel):
 
 class DistinctVote(BaseModel):
     confusable: list[list[str]] = []
+    reason: str = ""
+
+
+class ViewsVote(BaseModel):
+    plausible: list[str]
     reason: str = ""
 
 
@@ -165,6 +177,62 @@ def critic_coherence(panel: Panel, scenes: list) -> dict:
     return {"check": "coherence", "by": "critics", "passed": ok, "detail": why, "variants": rows}
 
 
+_HEARD = {"speech": "only the speech; the non-speech sounds were inaudible to them",
+          "sounds": "only the non-speech sounds (background and events); the speech was inaudible to them"}
+
+
+def _view_break(v: dict, expect: list[str]) -> str:
+    """How a valid vote breaks the design ('' when it does not)."""
+    pl = v["plausible"]
+    if len(pl) == 1 and len(expect) > 1:
+        return f"keep only {pl} plausible"
+    missing = sorted(set(expect) - set(pl))
+    return f"drop {missing} (keep {pl})" if missing else ""
+
+
+def critic_views(panel: Panel, scenes: list) -> dict:
+    items = [it for it in family_items(scenes) if it.view != "scene"]  # a scene view is consensus's job
+
+    def check(v: ViewsVote) -> ViewsVote:
+        pl = {x.strip().upper() for x in v.plausible}
+        if not pl or not pl <= set(LETTERS):
+            raise ValueError(f"plausible: a non-empty list of letters from {', '.join(LETTERS)}, got {v.plausible}")
+        v.plausible = sorted(pl)
+        return v
+
+    def vote(arg):
+        it, j = arg
+        opts = "\n".join(f"{L}. {o}" for L, o in zip(LETTERS, it.options))
+        heard = "\n".join(f"- {h}" for h in it.heard)
+        msgs = [_seat("views", j, panel.k, "A listener heard only part of a short audio scene; the unheard part "
+                      "could be anything natural. As a careful, strong reader, list EVERY option that could "
+                      "reasonably be correct given only what was heard; exclude an option only if what was heard "
+                      "makes it wrong or clearly unlikely."),
+                {"role": "user", "content": f"What the listener heard ({_HEARD[it.view]}):\n{heard}\n\n"
+                 f"Question: {it.question}\n{opts}\nWhich options stay plausible? Answer with JSON: "
+                 '{"plausible": ["A", "C"], "reason": "..."}'}]
+        return _ask(panel, j, msgs, ViewsVote, f"views critic {j + 1} ({it.family}, {it.task}, {it.view} {it.shows})",
+                    check)
+    votes = pmap(vote, [(it, j) for it in items for j in range(panel.k)])
+    rows, ok, why = [], True, ""
+    for i, it in enumerate(items):
+        vs = votes[i * panel.k:(i + 1) * panel.k]
+        passed, reason = _flag_check(panel, vs, lambda v, it=it: bool(_view_break(v, it.expect)))
+        breaks = [b for v in vs if "error" not in v and (b := _view_break(v, it.expect))]
+        rows.append({"id": it.id, "task": it.task, "view": it.view, "shows": it.shows, "expect": it.expect,
+                     "votes": vs, "breaks": len(breaks), "passed": passed})
+        if not passed and ok:
+            where = f"questions.{it.task}, {it.view} view '{it.shows}'"
+            if breaks:
+                first = next(v for v in vs if "error" not in v and _view_break(v, it.expect))
+                counts = {b: breaks.count(b) for b in breaks}
+                reason = ("; ".join(f"{n} of {panel.k} critics {b}" for b, n in counts.items())
+                          + f" (design {it.expect}): {first.get('reason') or first['plausible']}")
+            ok, why = False, f"{where}: {reason}"
+    return {"check": "views", "by": "critics", "passed": ok, "detail": why, "k": panel.k, "m": panel.m,
+            "items": rows}
+
+
 def critic_consensus(panel: Panel, scenes: list) -> dict:
     items = [(s, q, j) for s in scenes for q in s.questions for j in range(panel.k)]
 
@@ -223,7 +291,8 @@ def review_family(panel: Panel, fam: dict) -> tuple[list[dict], bool]:
         if bad:
             return checks, False
     for stage in (lambda: critic_naming(panel, fam), lambda: critic_distinct(panel, fam),
-                  lambda: critic_coherence(panel, scenes), lambda: critic_consensus(panel, scenes)):
+                  lambda: critic_coherence(panel, scenes), lambda: critic_views(panel, scenes),
+                  lambda: critic_consensus(panel, scenes)):
         checks.append(stage())
         if not checks[-1]["passed"]:
             return checks, False
