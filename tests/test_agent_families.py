@@ -73,6 +73,8 @@ def test_accepted_families_compile_and_pass_validity(tmp_path, retriever):
     [slot] = views[SLOT.id]["items"]    # a slot family's sounds decide its key: only its speech view
     assert (slot["view"], slot["shows"], slot["expect"]) == ("speech", "slot", list("ABCD"))
     assert all(v["plausible"] == list("ABCD") for v in slot["votes"])
+    written = (tmp_path / "fams.yaml").read_text()  # the kept family's votes are comments in its YAML
+    assert "#   views role" not in written and f"#   views {TASK} speech 'miss': design" in written
     cons = next(c for c in rep["families"][1]["checks"] if c["check"] == "consensus")
     assert {r["variant"] for r in cons["rows"]} == {"mum.bell", "mum.whistle", "miss.bell", "miss.whistle"}
     assert sorted(r["key"] for r in cons["rows"]) == list("ABCD")

@@ -328,6 +328,10 @@ def generate_families(writer, panel: Panel, briefs: list[Brief], types: dict, ta
 def _votes_comment(r: dict) -> list[str]:
     lines = [f"# {r['id']}: kept; checks: " + ", ".join(f"{c['check']}/{c['by']}" for c in r["checks"])]
     for c in r["checks"]:
+        if c["check"] == "views":  # what each single-view critic kept plausible, against the design
+            for row in c["items"]:
+                lines.append(f"#   views {row['task']} {row['view']} '{row['shows']}': design {row['expect']}, kept "
+                             f"{[v.get('plausible') for v in row['votes']]}")
         if c["check"] == "consensus":
             for row in c["rows"]:
                 lines.append(f"#   consensus {row['task']} {row['variant']}: key {row['key']}, votes "
