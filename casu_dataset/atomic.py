@@ -17,6 +17,7 @@ from pathlib import Path
 
 STALE_AGE_S = 6 * 3600  # no single write takes hours: an older temp is stale whatever its PID
 _TMP_RE = re.compile(r"^\..+\.tmp(\d+)$")
+TMP_GLOB = ".*.tmp[0-9]*"  # the same names as a glob, for upload_folder's ignore patterns
 
 
 def tmp_path(path: Path) -> Path:

@@ -182,6 +182,13 @@ def write_packets(scenes: list[FamilyScene], out: str | Path, per_packet: int = 
     return counts
 
 
+def view_breaks(plausible: list[str], expect: list[str]) -> tuple[bool, list[str]]:
+    """How a one-view answer breaks the design: (a single option kept where the design keeps more,
+    the design letters it dropped). The audit scorer and the agent panel's views critics share it."""
+    pl = set(plausible)
+    return len(pl) == 1 and len(expect) > 1, sorted(set(expect) - pl)
+
+
 def read_answers(folder: str | Path) -> dict[str, dict]:
     answers = {}
     for f in sorted(Path(folder).glob("answers_*.jsonl")):
@@ -230,8 +237,7 @@ def score(folder: str | Path) -> dict:
             continue
         pl = sorted(set(a.get("plausible") or []))
         r["exact"] = r.get("exact", 0) + (pl == k["expect"])
-        single = len(pl) == 1 and len(k["expect"]) > 1
-        missing = sorted(set(k["expect"]) - set(pl))
+        single, missing = view_breaks(pl, k["expect"])
         r["single"] = r.get("single", 0) + single
         r["own_key_missing"] = r.get("own_key_missing", 0) + bool(missing)
         if single or missing:

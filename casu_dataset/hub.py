@@ -28,13 +28,10 @@ def check_repo_id(repo: str, flag: str = "--repo") -> str:
     return repo
 
 
-def folder_operations(folder: str | Path, files: list[Path] | None = None, prefix: str = "") -> list:
-    """CommitOperationAdd for `files` (default: every file under `folder` except temp files of
-    unfinished writes), at their path relative to `folder` under `prefix`."""
+def folder_operations(folder: str | Path, files: list[Path], prefix: str = "") -> list:
+    """CommitOperationAdd for `files`, at their path relative to `folder` under `prefix`."""
     from huggingface_hub import CommitOperationAdd
     folder = Path(folder)
-    if files is None:
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and not atomic.is_tmp(p))
     return [CommitOperationAdd(path_in_repo=prefix + p.relative_to(folder).as_posix(), path_or_fileobj=str(p))
             for p in files]
 
@@ -95,10 +92,10 @@ def commit(repo: str, operations: list, message: str, api=None, token: str | Non
         raise _upload_error(err, flag, repo, token) from None
 
 
-# Never sent with a dataset folder: temp files of unfinished writes (atomic.tmp_path: `.NAME.tmpPID`)
-# and what upload_folder always leaves out (.git/, the .cache/huggingface/ that hf downloads leave).
+# Never sent with a dataset folder: temp files of unfinished writes (atomic.TMP_GLOB) and what
+# upload_folder always leaves out (.git/, the .cache/huggingface/ that hf downloads leave).
 # As fnmatch patterns (`*` crosses '/'), so the plan and upload_folder filter the folder alike.
-PUSH_IGNORE = [".*.tmp[0-9]*", "*/.*.tmp[0-9]*"]
+PUSH_IGNORE = [atomic.TMP_GLOB, "*/" + atomic.TMP_GLOB]
 
 
 def plan_push(folder: str | Path) -> list[str]:

@@ -138,9 +138,8 @@ def push(output_path, repo: str, dataset_id: str | None = None, token: str | Non
     split = bool(samples and details_repo and details_repo != repo)
     if split:
         _check_repo(details_repo, "--hf_hub_log_args details_repo_name")
-    if gated and not hub.can_gate():
-        raise PushError(f"--hf_hub_log_args gated=true: this huggingface_hub cannot gate a repo (no "
-                        "HfApi.update_repo_settings(gated=...)); upgrade it or drop gated")
+    if gated:
+        _check_can_gate()
     run = run or select_run(output_path, checkpoint, skipped)
     f, doc, _ = run
     ops = plan_push(output_path, repo, samples=samples and not split, run=run)
@@ -194,7 +193,12 @@ def check_auto_push(log_args: dict, *, limit, output_path, log_samples: bool) ->
         raise PushError("--hf_hub_log_args push_samples_to_hub=true: needs --log_samples (the sample logs it sends)")
     if log_args.get("push_samples_to_hub") and details_repo(log_args):
         _check_repo(details_repo(log_args), "--hf_hub_log_args details_repo_name")
-    if log_args.get("gated") and not hub.can_gate():
+    if log_args.get("gated"):
+        _check_can_gate()
+
+
+def _check_can_gate() -> None:
+    if not hub.can_gate():
         import huggingface_hub
         raise PushError(f"--hf_hub_log_args gated=true: huggingface_hub {huggingface_hub.__version__} cannot gate a "
                         "repo (no HfApi.update_repo_settings(gated=...)); upgrade it or drop gated")

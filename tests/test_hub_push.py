@@ -3,87 +3,13 @@ upload_folder: several commits, resumable), against a local server that answers 
 and keeps what was committed. Nothing here touches the network."""
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import http.server
 import io
 import json
-import threading
 
 import pytest
 
-
-def git_oid(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-class Hub:
-    """The Hub's upload endpoints: create repo, validate the card, preupload (every file "regular",
-    so no xet transfer; a committed file answers with its oid, so a re-run skips it), commit (kept
-    per repo), and the repo info a re-run with nothing new asks for."""
-
-    def __init__(self, fail_commits: int = 0, refuse: bool = False):
-        self.requests: list[dict] = []
-        self.files: dict[str, bytes] = {}
-        self.commits: list[list[str]] = []
-        self.fail_commits = fail_commits
-        hub = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _reply(self, code, body):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hub.requests.append({"method": "POST", "path": self.path, "body": body})
-                if refuse:
-                    return self._reply(403, {"error": "You don't have the rights to create a repo under 'me'"})
-                if self.path == "/api/repos/create":
-                    b = json.loads(body)
-                    return self._reply(200, {"url": f"{hub.url}/datasets/{b['organization']}/{b['name']}"})
-                if self.path == "/api/validate-yaml":
-                    return self._reply(200, {"errors": [], "warnings": []})
-                if "/preupload/" in self.path:
-                    files = json.loads(body)["files"]
-                    return self._reply(200, {"files": [
-                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
-                         "oid": git_oid(hub.files[f["path"]]) if f["path"] in hub.files else None} for f in files]})
-                if "/commit/" in self.path:
-                    if hub.fail_commits:
-                        hub.fail_commits -= 1
-                        return self._reply(403, {"error": "You don't have the rights to commit"})
-                    lines = [json.loads(x) for x in body.decode().splitlines()]
-                    got = {x["value"]["path"]: base64.b64decode(x["value"]["content"]) for x in lines
-                           if x["key"] == "file"}
-                    hub.files.update(got)
-                    hub.commits.append(sorted(got))
-                    repo = self.path.split("/commit/")[0][len("/api/"):]
-                    return self._reply(200, {"commitUrl": f"{hub.url}/{repo}/commit/{'b' * 40}",
-                                             "commitOid": "b" * 40})
-                self._reply(404, {"error": "unexpected " + self.path})
-
-            def do_GET(self):
-                hub.requests.append({"method": "GET", "path": self.path})
-                if "/revision/" in self.path:  # repo_info, after a run that had nothing to commit
-                    repo = self.path.split("/revision/")[0][len("/api/datasets/"):]
-                    return self._reply(200, {"id": repo, "sha": "b" * 40, "private": True})
-                self._reply(404, {"error": "not here"})
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.server.shutdown()
+from fake_hub import FakeHub as Hub
 
 
 @pytest.fixture
@@ -177,7 +103,7 @@ def test_hub_failures_and_bad_inputs_are_one_line(folder, tmp_path, monkeypatch)
     assert rc == 5 and len(err.strip().splitlines()) == 1 and "--repo me/tiny" in err and "offline" in err
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(C, "HF_HUB_OFFLINE", False)
-    h = Hub(refuse=True)
+    h = Hub(status=403)
     monkeypatch.setattr(C, "ENDPOINT", h.url)
     try:
         rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_hub import FakeHub as Hub
 from test_harness_integrity import tiny_dataset
 
 FIX = str(Path(__file__).parent / "fixtures")
@@ -219,84 +220,6 @@ def test_lm_eval_view_family_accuracy():
 
 
 # -- the leaderboard path, against a local server that records what the Hub client sends ----------
-
-class Hub:
-    """A local HTTP server standing in for the Hub: records each request, answers as the Hub does."""
-
-    def __init__(self, status: int = 200):
-        import http.server
-        import threading
-        self.requests: list[dict] = []
-        hub = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _reply(self, code, body):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hub.requests.append({"path": self.path, "body": body, "auth": self.headers.get("authorization")})
-                if status != 200:
-                    return self._reply(status, {"error": "You don't have the rights to create a PR"})
-                if self.path == "/api/repos/create":
-                    b = json.loads(body)
-                    return self._reply(200, {"url": f"{hub.url}/{b.get('type', 'model')}s/{b['organization']}/{b['name']}"
-                                             if b.get("organization") else f"{hub.url}/datasets/me/{b['name']}"})
-                if self.path == "/api/validate-yaml":  # the card's metadata is checked before the commit
-                    return self._reply(200, {"errors": [], "warnings": []})
-                if "/preupload/" in self.path:
-                    files = json.loads(body)["files"]
-                    return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular",
-                                                         "shouldIgnore": False} for f in files]})
-                if "/commit/" in self.path:
-                    pr = "create_pr" in self.path
-                    repo = self.path.split("/commit/")[0][len("/api/"):]
-                    return self._reply(200, {"commitUrl": f"{hub.url}/{repo}/commit/{'a' * 40}", "commitOid": "a" * 40,
-                                             "pullRequestUrl": f"{hub.url}/{repo}/discussions/7" if pr else None})
-                self._reply(404, {"error": "unexpected " + self.path})
-
-            def do_GET(self):
-                hub.requests.append({"path": self.path, "body": b"", "auth": self.headers.get("authorization")})
-                self._reply(404, {"error": "not here"})
-
-            def do_PUT(self):  # repo settings (gated)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hub.requests.append({"path": self.path, "body": body, "auth": self.headers.get("authorization"),
-                                     "method": "PUT"})
-                self._reply(status, {} if status == 200 else {"error": "no"})
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def commit_lines(self) -> list[dict]:
-        c = next(r for r in self.requests if "/commit/" in r["path"])
-        return [json.loads(line) for line in c["body"].decode().splitlines()]
-
-    def committed(self) -> dict[str, set[str]]:
-        """repo -> the paths of the files its commits added."""
-        out: dict[str, set[str]] = {}
-        for r in self.requests:
-            if "/commit/" in r["path"]:
-                repo = r["path"].split("/commit/")[0][len("/api/datasets/"):]
-                out.setdefault(repo, set()).update(json.loads(x)["value"]["path"] for x in r["body"].decode().splitlines()
-                                                   if json.loads(x)["key"] == "file")
-        return out
-
-    def created(self) -> dict[str, dict]:
-        return {f"{b['organization']}/{b['name']}": b for b in
-                (json.loads(r["body"]) for r in self.requests if r["path"] == "/api/repos/create")}
-
-    def close(self):
-        self.server.shutdown()
-
 
 def private(create_body: dict) -> bool | None:
     """The visibility asked for in a create-repo request (huggingface_hub >= 1 sends `visibility`)."""

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from ..family_audit import family_items
+from ..family_audit import family_items, view_breaks
 from ..family_validity import check_family
 from ..scenarios.families import Fill, FamilyError, compile_family, naming_violations, parse_family
 from ..scenarios.library import LETTERS
@@ -184,9 +184,9 @@ _HEARD = {"speech": "only the speech; the non-speech sounds were inaudible to th
 def _view_break(v: dict, expect: list[str]) -> str:
     """How a valid vote breaks the design ('' when it does not)."""
     pl = v["plausible"]
-    if len(pl) == 1 and len(expect) > 1:
+    single, missing = view_breaks(pl, expect)
+    if single:
         return f"keep only {pl} plausible"
-    missing = sorted(set(expect) - set(pl))
     return f"drop {missing} (keep {pl})" if missing else ""
 
 
@@ -217,14 +217,15 @@ def critic_views(panel: Panel, scenes: list) -> dict:
     rows, ok, why = [], True, ""
     for i, it in enumerate(items):
         vs = votes[i * panel.k:(i + 1) * panel.k]
-        passed, reason = _flag_check(panel, vs, lambda v, it=it: bool(_view_break(v, it.expect)))
-        breaks = [b for v in vs if "error" not in v and (b := _view_break(v, it.expect))]
+        broken = [(v, b) for v in vs if "error" not in v and (b := _view_break(v, it.expect))]
+        passed, reason = _flag_check(panel, vs, lambda v: any(v is x for x, _ in broken))
+        breaks = [b for _, b in broken]
         rows.append({"id": it.id, "task": it.task, "view": it.view, "shows": it.shows, "expect": it.expect,
                      "votes": vs, "breaks": len(breaks), "passed": passed})
         if not passed and ok:
             where = f"questions.{it.task}, {it.view} view '{it.shows}'"
             if breaks:
-                first = next(v for v in vs if "error" not in v and _view_break(v, it.expect))
+                first = broken[0][0]
                 counts = {b: breaks.count(b) for b in breaks}
                 reason = ("; ".join(f"{n} of {panel.k} critics {b}" for b, n in counts.items())
                           + f" (design {it.expect}): {first.get('reason') or first['plausible']}")
