@@ -9,6 +9,7 @@ vectorised block energies. Tests check it against pyloudnorm on the stems.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import numpy as np
@@ -58,7 +59,13 @@ def kweight(x: np.ndarray, sr: int) -> np.ndarray:
 
 
 def gated_lufs(kw: np.ndarray, sr: int) -> float:
-    """pyloudnorm's gating (absolute -70, relative -10 LU) over an already K-weighted signal."""
+    """pyloudnorm's gating (absolute -70, relative -10 LU) over an already K-weighted signal.
+
+    Portable to the last bit: block energies come from one float64 running sum (squares of
+    float32 samples are exact in float64, and `cumsum` adds strictly in order, unlike a
+    vectorised dot product whose order follows the CPU's vector width), the gates are compared
+    as energies (no vectorised log10, whose AVX-512 loop differs from the scalar one in the
+    last bit) and the means are exact sums (math.fsum)."""
     n = kw.shape[0]
     block = int(BLOCK_S * sr)
     step = BLOCK_S * (1 - OVERLAP)  # seconds
@@ -70,35 +77,21 @@ def gated_lufs(kw: np.ndarray, sr: int) -> float:
     # Same float expression as pyloudnorm, so block bounds match it sample for sample.
     lo = (BLOCK_S * (j * (1 - OVERLAP)) * sr).astype(np.int64)
     hi = np.minimum(lo + block, n)
-    hop = int(round(BLOCK_S * (1 - OVERLAP) * sr))
-    if np.array_equal(lo, hop * j) and block == 4 * hop:
-        # Regular blocks (every common rate): energy per hop by a reshaped dot product, then
-        # each block is the sum of four consecutive hops. Same sums as pyloudnorm's, faster.
-        nh = num_blocks + 3
-        seg = np.zeros(nh, dtype=np.float64)
-        full = min(nh, n // hop)
-        r = kw[: full * hop].reshape(full, hop)
-        seg[:full] = np.einsum("ij,ij->i", r, r)
-        if full < nh and n > full * hop:
-            tail = kw[full * hop:]
-            seg[full] = float(np.dot(tail, tail))
-        z = np.lib.stride_tricks.sliding_window_view(seg, 4).sum(axis=1)[:num_blocks] / block
-    else:
-        # Block energies from partial sums at the block edges only (reduceat in float64).
-        edges, inv = np.unique(np.concatenate([lo, hi]), return_inverse=True)
-        seg = np.add.reduceat(np.square(kw), edges[:-1], dtype=np.float64) if edges.size > 1 else np.zeros(0)
-        csum = np.concatenate([[0.0], np.cumsum(seg)])
-        z = (csum[inv[num_blocks:]] - csum[inv[:num_blocks]]) / block
-    with np.errstate(divide="ignore"):
-        lj = -0.691 + 10.0 * np.log10(z)
-    keep = lj >= ABS_GATE
+    csum = np.concatenate([[0.0], np.cumsum(np.square(np.asarray(kw, dtype=np.float64)))])
+    z = (csum[hi] - csum[lo]) / block
+    # lj = -0.691 + 10 log10(z) >= -70  <=>  z >= 10 ** ((-70 + 0.691) / 10)
+    keep = z >= _ABS_GATE_ENERGY
     if not keep.any():
         return SILENCE_LUFS
-    rel = -0.691 + 10.0 * np.log10(z[keep].mean()) - 10.0
-    keep &= lj > rel
+    # lj > (loudness of the kept blocks) - 10 LU  <=>  z > mean(kept z) / 10
+    mean = math.fsum(z[keep]) / int(keep.sum())
+    keep &= z > mean / 10.0
     if not keep.any():
         return SILENCE_LUFS
-    return float(-0.691 + 10.0 * np.log10(z[keep].mean()))
+    return -0.691 + 10.0 * math.log10(math.fsum(z[keep]) / int(keep.sum()))
+
+
+_ABS_GATE_ENERGY = 10.0 ** ((ABS_GATE + 0.691) / 10.0)
 
 
 def db_to_gain(db: float) -> float:

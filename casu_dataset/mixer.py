@@ -8,6 +8,7 @@ as scaper does from its JAMS file. Both share `_render`, so they cannot drift ap
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,7 +141,10 @@ def _equal_power_loop(x: np.ndarray, n: int, xf: int) -> np.ndarray:
     """Repeat x to n samples, joining copies with an equal-power crossfade of xf samples."""
     xf = max(1, min(xf, x.shape[0] // 4))
     t = np.linspace(0.0, np.pi / 2, xf, dtype=np.float64)
-    fin, fout = np.sin(t).astype(np.float32), np.cos(t).astype(np.float32)
+    # Scalar libm, not numpy's vectorised sin/cos: their AVX-512 (SVML) loops differ from the
+    # AVX2 ones in the last bit, and these curves are part of the stems' bytes.
+    fin = np.array([math.sin(v) for v in t], dtype=np.float64).astype(np.float32)
+    fout = np.array([math.cos(v) for v in t], dtype=np.float64).astype(np.float32)
     out = np.empty(n + x.shape[0], dtype=np.float32)
     out[: x.shape[0]] = x
     pos = x.shape[0]
@@ -358,7 +362,7 @@ def _annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra) ->
         loud[layer] = {
             "target_lufs": t,
             # What the stem measures after the anti-clipping gain (target + clip_gain_db).
-            "expected_lufs": float(t + 20 * np.log10(g)) if active else None,
+            "expected_lufs": t + 20 * math.log10(g) if active else None,
         }
     src = sources
     return {
@@ -381,7 +385,7 @@ def _annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra) ->
         "plan": plan,
         "gains": gains,
         "loudness": loud,
-        "clip_gain_db": float(20 * np.log10(g)),
+        "clip_gain_db": 20 * math.log10(g),
         "mix_config": cfg.model_dump(mode="json"),
         "extra": extra,
         "versions": _versions(),

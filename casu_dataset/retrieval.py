@@ -14,13 +14,15 @@ queries) it ties the best precision@1 (0.963) and has the best hit@5 (0.988) of 
 tried; a = 1 (descriptions only) is worst on indirect queries (p@1 0.667), a = 0 (keywords
 only) ties on p@1 but misses more in the top 5. `python -m casu_dataset retrieval-eval` prints it.
 
-Determinism: a BLAS kernel's result depends on the thread count and the batch shape, so the
-last bits of an embedding (and a recorded score) used to change with machine load. `encode`
-runs on one torch thread and batches only texts of equal token length (no padding), so each
-embedding is a function of its text alone; embeddings are then rounded to multiples of
-2**-QUANT_BITS, which makes every dot product of two of them exact in float32 (each product is
-a multiple of 2**-22 and every partial sum of unit vectors is <= 1 < 2**24 * 2**-22), so a
-score does not depend on the summation order either. The rounding moves a score by < 1e-3.
+Determinism: a GEMM kernel's float32 result depends on the CPU's instruction set (AVX2,
+AVX-512, AMX), the thread count and the batch shape, so the last bits of an embedding (and a
+recorded score) changed from machine to machine. The encoder runs in float64, where those
+differences are ~1e-16, and embeddings are then rounded to multiples of 2**-QUANT_BITS: the
+rounded bytes are the same under every kernel (tests/test_portability.py runs the encoder
+under forced instruction sets), and every dot product of two of them is exact in float32
+(each product is a multiple of 2**-22 and every partial sum of unit vectors is <= 1 <
+2**24 * 2**-22), so a score does not depend on the summation order either. The rounding
+moves a score by < 1e-3.
 
 Retrieval skips clips the catalog rejects: a lazily validated catalog checks each candidate
 when it first reaches the top k, and the search repeats without it if it is unusable.
@@ -32,7 +34,6 @@ two agree whenever the exact top k are among the proposals (see ann_index.py).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
@@ -47,7 +48,7 @@ DEFAULT_ALPHA = 0.6
 DEFAULT_TIE_MARGIN = 0.02
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 QUANT_BITS = 11
-EMBED_VERSION = 2  # bump when what `Embedder.encode` returns changes (it keys the embedding cache)
+EMBED_VERSION = 3  # bump when what `Embedder.encode` returns changes (it keys the embedding cache)
 
 
 class RetrievalError(LookupError):
@@ -71,7 +72,11 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
         path = default_model_path() if self.model_name == DEFAULT_MODEL else self.model_name
         try:
-            return SentenceTransformer(path, device=self.device)
+            # float64: the float32 forward pass differs in the last bits between GEMM kernels
+            # (AVX2 / AVX-512 / AMX, thread count, batch shape), and rounding to the grid
+            # turns a last-bit difference into a grid step often enough to change bytes; in
+            # float64 the differences (~1e-16) stay far from any grid boundary.
+            return SentenceTransformer(path, device=self.device).double()
         except Exception as err:  # not found offline, wrong name, corrupt folder
             raise RuntimeError(f"retrieval: cannot load sentence-transformers model {self.model_name!r} "
                                f"({type(err).__name__}: {err})") from None
@@ -81,35 +86,13 @@ class Embedder:
         return int(self.model.get_embedding_dimension())
 
     def encode(self, texts: list[str], batch_size: int = 128) -> np.ndarray:
-        """Unit-norm embeddings on the 2**-QUANT_BITS grid; identical bytes under any thread count."""
+        """Unit-norm embeddings on the 2**-QUANT_BITS grid; identical bytes on every x86-64 CPU,
+        under any thread count and batch composition (see the module docstring)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        texts = list(texts)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        # Token counts as the model itself tokenizes (truncated to its max length).
-        lengths = self.model.tokenize(texts)["attention_mask"].sum(dim=1).numpy()
-        with torch_threads(1):
-            for n in np.unique(lengths):  # equal lengths: no padding, so a text's batch-mates do not matter
-                idx = np.flatnonzero(lengths == n)
-                out[idx] = self.model.encode([texts[i] for i in idx], batch_size=batch_size,
-                                             normalize_embeddings=True, convert_to_numpy=True,
-                                             show_progress_bar=False)
+        out = self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
         return quantize(out)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Run torch ops on `n` intra-op threads, restoring the caller's setting afterwards."""
-    import torch
-    before = torch.get_num_threads()
-    if before != n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
 
 def quantize(x: np.ndarray) -> np.ndarray:
     """Round to multiples of 2**-QUANT_BITS (exact in float32), so dot products are exact."""

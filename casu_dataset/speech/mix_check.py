@@ -16,6 +16,8 @@ with the reason; the build records it as a skipped scene.
 """
 from __future__ import annotations
 
+import math
+
 import functools
 import hashlib
 import json
@@ -65,11 +67,12 @@ def speech_to_rest_db(stems: dict[str, np.ndarray], lo: int, hi: int, sr: int) -
         raise ValueError(f"mix check: empty turn span [{lo}, {hi})")
     speech = stems["speech"][lo:hi]
     rest = stems["background"][lo:hi] + stems["events"][lo:hi]
-    ps = float(np.mean(np.square(kweight(speech, sr), dtype=np.float64)))
-    pr = float(np.mean(np.square(kweight(rest, sr), dtype=np.float64)))
+    # Exact sums and scalar log10: the same dB on every CPU (see loudness.gated_lufs).
+    ps = math.fsum(np.square(kweight(speech, sr), dtype=np.float64)) / (hi - lo)
+    pr = math.fsum(np.square(kweight(rest, sr), dtype=np.float64)) / (hi - lo)
     if ps <= 0.0 or pr <= 0.0:
         return -RATIO_LIMIT_DB if ps <= 0.0 else RATIO_LIMIT_DB
-    return float(np.clip(10.0 * np.log10(ps / pr), -RATIO_LIMIT_DB, RATIO_LIMIT_DB))
+    return min(RATIO_LIMIT_DB, max(-RATIO_LIMIT_DB, 10.0 * math.log10(ps / pr)))
 
 
 def overlaps(annotation: dict) -> list[list[str]]:
