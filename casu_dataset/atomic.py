@@ -101,3 +101,48 @@ def tmp_pid(path: Path) -> int | None:
     """The PID in a `tmp_path` name, else None."""
     m = _TMP_RE.match(Path(path).name)
     return int(m.group(1)) if m else None
+
+
+# ------------------------------------------------------------------ whole-folder swaps
+
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2():
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux renameat2 RENAME_EXCHANGE): a reader
+    of either path sees the old folder or the new one, never a mix. False where the OS or the
+    file system cannot (the caller then falls back to two renames)."""
+    import ctypes
+    fn = _renameat2()
+    if fn is None:
+        return False
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: no exchange here
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def fsync_tree(root: Path) -> None:
+    """Flush every file and folder under `root` to disk (before it is swapped into place)."""
+    for d, _, files in os.walk(root):
+        for name in [*files, "."]:
+            fd = os.open(os.path.join(d, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,16 @@ class BuildReport:
     cached: int = 0
     seconds: dict = field(default_factory=dict)
     review: dict | None = None  # counts from the decisions file, when one was applied
+    lock: dict | None = None    # the lock followed or written: {file, sha256, library_sha256, mode}
+    drift: list[dict] = field(default_factory=list)  # per scene, when a lock was followed
+    identity: dict | None = None  # build_manifest.identity of the written folder
+
+    def realization_summary(self) -> dict | None:
+        """Reproduced/drifted counts of a locked build (None when no lock was followed)."""
+        if not self.lock or self.lock.get("mode") != "followed":
+            return None
+        from .lock import drift_summary
+        return drift_summary(self.drift)
 
 
 def _rows(scene, built: dict) -> dict[str, list[dict]]:
@@ -156,7 +167,7 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
                   num_proc: int = 1, invalid: list[dict] | None = None,
                   builder_spec: dict | None = None, review_file: str | Path | None = None,
                   name: str = DEFAULT_NAME, max_skips: int | None = None, executor: str = "local",
-                  ray_options: dict | None = None) -> BuildReport:
+                  ray_options: dict | None = None, relock: str | Path | None = None) -> BuildReport:
     """`executor`: "local" (this process, or `num_proc` spawned workers) or "ray" (one Ray task per
     unit, `ray_options`: address, num_gpus, max_retries; see ray_executor.py). Either only fills
     the scene cache; the folder is then assembled here from the cache in a fixed order, so every
@@ -166,12 +177,23 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
     to apply; corrupt lines in it are reported (and skipped), never fatal.
 
     Raises BuildError, writing nothing, when no scene is left or when more than `max_skips`
-    scenes were skipped (None: any number); the previous folder at `out` stays as it was."""
+    scenes were skipped (None: any number); the previous folder at `out` stays as it was.
+
+    A builder with a `lock` (casu_dataset/lock.py) realizes every scene from it and reports each
+    as reproduced or drifted; `relock` (the library's path) makes the decisions afresh and writes
+    the library's lock from this build."""
     from tqdm import tqdm
     out = Path(out)
     cache_dir = build_cache_dir(cache_dir)
     clean_scene_cache(cache_dir)
     report = BuildReport()
+    lock = getattr(builder, "lock", None)
+    if lock is not None and relock is not None:
+        raise ValueError("relock: the builder already follows a lock; build the new reference without it")
+    if lock is not None:
+        report.lock = {"file": lock.path.name, "sha256": lock.sha256, "library_sha256": lock.header["library_sha256"],
+                       "mode": "followed"}
+    entries: list[dict] = []  # the new lock's scene entries, with relock
     # Scripts that failed validation upstream are reported with the build (and in the card).
     report.skipped.extend(sorted(invalid or [], key=lambda s: s["scene_id"]))
     # Rows go to the writer unit by unit (audio bytes included); only light() copies (no audio)
@@ -201,6 +223,10 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
                 b, hit = built[scene.script.id]
                 report.cached += hit
                 report.built.append(scene.script.id)
+                if b.get("drift"):
+                    report.drift.append(b["drift"])
+                if relock is not None:
+                    entries.append(_lock_entry(scene.script.id, b, builder))
                 for c, r in _rows(scene, b).items():
                     unit_rows[c].extend(r)
                     rows[c].extend(light(x) for x in r)
@@ -225,12 +251,33 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
         check_writable(out, rows, report, max_skips)
         t0 = time.perf_counter()
         settings = build_settings(builder, seed, command, name)
-        writer.finish(rows, report, settings)
+        on_configs = None
+        if relock is not None:
+            if report.skipped:
+                raise BuildError(f"--relock: {len(report.skipped)} scenes were skipped; a lock covers the whole "
+                                 f"library, so nothing was written (first: {report.skipped[0]['scene_id']}: "
+                                 f"{report.skipped[0]['reason']})")
+
+            def on_configs(hashes):
+                from .lock import write_lock
+                new = write_lock(Path(relock), entries, settings, builder.mix_config.model_dump(mode="json"), hashes)
+                report.lock = {"file": new.path.name, "sha256": new.sha256,
+                               "library_sha256": new.header["library_sha256"], "mode": "written"}
+        writer.finish(rows, report, settings, on_configs)
     except BaseException:
         writer.abort()
         raise
     report.seconds["write"] = time.perf_counter() - t0
     return report
+
+
+def _lock_entry(scene_id: str, built: dict, builder) -> dict:
+    """A scene's lock entry from its build: the turns as the mixer used them (16 kHz, DC removed)."""
+    from .lock import scene_entry
+    ann = built["annotation"]
+    pcm = [builder.cache.get(t["path"].replace("{speech_cache}", str(builder.synth.dir), 1)).audio
+           for t in ann["turns"]]
+    return scene_entry(scene_id, ann, built["flac"], pcm)
 
 
 def _digest(row: dict) -> str:
@@ -266,10 +313,20 @@ def shard_name(index: int, count: int, split: str = "test") -> str:
 
 
 def clean_folder_temps(out: Path) -> list[Path]:
-    """Remove temp files of writes into `out` that were killed before their rename."""
-    if not out.is_dir():
-        return []
-    return atomic.clean_stale((p for p in out.rglob(".*.tmp*") if p.is_file()), atomic.tmp_pid)
+    """Remove what killed builds left: temp files inside `out` (older builds wrote into it) and
+    staging folders beside it (`.NAME.building-PID`) whose writer is gone."""
+    out = Path(out)
+    gone = []
+    if out.is_dir():
+        gone += atomic.clean_stale((p for p in out.rglob(".*.tmp*") if p.is_file()), atomic.tmp_pid)
+    if out.parent.is_dir():
+        gone += atomic.clean_stale(out.parent.glob(f".{out.name}.building-*"), _stage_pid)
+    return gone
+
+
+def _stage_pid(p: Path) -> int | None:
+    tail = p.name.split(".building-", 1)[-1].split("-", 1)[0]
+    return int(tail) if tail.isdigit() else None
 
 
 def light(row: dict) -> dict:
@@ -278,32 +335,29 @@ def light(row: dict) -> dict:
 
 
 class FolderWriter:
-    """Streams a dataset folder's rows into parquet shards: rows are added in their final order,
-    written row group by row group (ROW_GROUP_SIZE rows) to hidden temp files, so memory holds
-    one row group per config, never the dataset. `finish` writes the card and renames every
-    file into place (the card last) and then removes shards of an older build that are no
-    longer part of the dataset; `abort` removes the temp files: a kill or an error before the
-    renames leaves the previous folder complete; a kill during the renames (microseconds) can
-    leave a mix of complete old and new files, never a truncated one."""
+    """Streams a dataset into a staging folder beside `out` (`.NAME.building-PID`), row group
+    by row group (ROW_GROUP_SIZE rows), so memory holds one row group per config, never the
+    dataset. `finish` writes the card and the build record (build_manifest.py), flushes
+    everything to disk and swaps the staging folder with `out` in one atomic step: a reader, or
+    a kill at any moment, sees the old build or the new one, never parts of both. `abort` (and
+    the next build, for a killed one) removes the staging folder."""
 
     def __init__(self, out: Path):
         self.out = Path(out)
+        self.stage = self.out.parent / f".{self.out.name}.building-{os.getpid()}"
         self.pending: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
         self.shards: dict[str, list[Path]] = {c: [] for c in dataset_configs()}
         self.open: dict[str, tuple] = {}  # config -> (ParquetWriter, rows, bytes) of its open shard
-        self.created: list[Path] = []     # folders this writer made (removed again by abort when empty)
         self.started = False
-
-    def _mkdir(self, d: Path) -> None:
-        for p in reversed([d, *d.parents]):
-            if not p.exists():
-                p.mkdir()
-                self.created.append(p)
+        self.identity: dict | None = None
 
     def _start(self) -> None:
         if not self.started:
-            self._mkdir(self.out)
+            self.out.parent.mkdir(parents=True, exist_ok=True)
             clean_folder_temps(self.out)
+            if self.stage.exists():
+                shutil.rmtree(self.stage)
+            self.stage.mkdir()
             self.started = True
 
     def add(self, config: str, rows: list[dict]) -> None:
@@ -322,12 +376,12 @@ class FolderWriter:
         table = pa.Table.from_pylist(buf, schema=features(config).arrow_schema)
         self.pending[config] = []
         if config not in self.open:
-            tmp = atomic.tmp_path(self.out / config / f"shard{len(self.shards[config]):05d}.parquet")
-            self._mkdir(tmp.parent)
-            self.shards[config].append(tmp)
+            part = self.stage / config / f".shard{len(self.shards[config]):05d}.part"
+            part.parent.mkdir(parents=True, exist_ok=True)
+            self.shards[config].append(part)
             # FLAC bytes do not compress further; snappy keeps the text columns small and the write
             # fast. pyarrow writes no timestamps, so the file is a pure function of its rows.
-            self.open[config] = (pq.ParquetWriter(str(tmp), table.schema, compression="snappy",
+            self.open[config] = (pq.ParquetWriter(str(part), table.schema, compression="snappy",
                                                   write_statistics=False), 0, 0)
         w, n, size = self.open[config]
         w.write_table(table, row_group_size=ROW_GROUP_SIZE)
@@ -340,10 +394,12 @@ class FolderWriter:
         w, _, _ = self.open.pop(config)
         w.close()
 
-    def finish(self, rows: dict, report: BuildReport, settings: dict) -> None:
-        """`rows`: every config's rows as written (light() is enough): the card is made from them."""
+    def finish(self, rows: dict, report: BuildReport, settings: dict, on_configs=None) -> None:
+        """`rows`: every config's rows as written (light() is enough): the card is made from them.
+        `on_configs(config_hashes)` runs once the parquet files are final and before the card is
+        written (build --relock writes the lock there, so the card can name it)."""
+        from . import build_manifest
         self._start()
-        staged: list[tuple[Path, Path]] = []
         try:
             for c in dataset_configs():
                 if self.pending[c] or not self.shards[c]:
@@ -351,44 +407,54 @@ class FolderWriter:
                 if c in self.open:
                     self._close(c)
                 n = len(self.shards[c])
-                staged += [(tmp, self.out / c / shard_name(i, n)) for i, tmp in enumerate(self.shards[c])]
+                for i, part in enumerate(self.shards[c]):
+                    os.replace(part, self.stage / c / shard_name(i, n))
+            hashes = build_manifest.config_hashes(self.stage, dataset_configs())
+            if on_configs is not None:
+                on_configs(hashes)
+            self.identity = build_manifest.identity(report.lock, {c: hashes[c] for c in mcq_configs()})
+            report.identity = self.identity
             card, attribution = dataset_card(rows, report, settings), attribution_file(rows)
             # Timings vary run to run, so they are printed, not written: the folder stays byte-stable.
-            build_report = json.dumps({"settings": settings, "built": report.built, "skipped": report.skipped},
-                                      indent=1, sort_keys=True)
+            build_report = json.dumps({"settings": settings, "built": report.built, "skipped": report.skipped,
+                                       "lock": report.lock, "realization": report.realization_summary(),
+                                       "identity": self.identity}, indent=1, sort_keys=True)
             for fname, text in (("ATTRIBUTION.md", attribution), ("build_report.json", build_report),
                                 ("eval.yaml", eval_yaml(rows, settings)), ("README.md", card)):
-                staged.append((atomic.tmp_path(self.out / fname), self.out / fname))
-                staged[-1][0].write_text(text)
-            for tmp, _ in staged:  # on disk before any rename, so a crash cannot expose an empty file
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                (self.stage / fname).write_text(text)
+            build_manifest.write(self.stage, self.identity)
+            atomic.fsync_tree(self.stage)  # on disk before the swap, so a crash cannot expose an empty file
+            self._swap()
         except BaseException:
             self.abort()
             raise
-        for tmp, final in staged:  # the card last: a folder with the new card has all the new files
-            os.replace(tmp, final)
-        finals = {final for _, final in staged}
-        for c in dataset_configs():  # shards of an older build with more of them
-            for old in (self.out / c).glob("test-*.parquet"):
-                if old not in finals:
-                    old.unlink()
+
+    def _swap(self) -> None:
+        if self.out.exists():
+            if not self.out.is_dir():
+                raise BuildError(f"--out {self.out}: is a file, not a folder")
+            keep = self.out / ".cache"  # the Hub upload's resume state belongs to the folder, not a build
+            if keep.is_dir() and not (self.stage / ".cache").exists():
+                shutil.copytree(keep, self.stage / ".cache")
+            if not atomic.exchange(self.stage, self.out):
+                # No atomic exchange on this file system: two renames; the old build stays at the
+                # staging name until the new one is in place.
+                old = self.stage.with_name(self.stage.name + "-old")
+                os.replace(self.out, old)
+                os.replace(self.stage, self.out)
+                self.stage = old
+            shutil.rmtree(self.stage, ignore_errors=True)  # now the old build
+        else:
+            os.replace(self.stage, self.out)
 
     def abort(self) -> None:
         for c in list(self.open):
             try:
                 self._close(c)
-            except Exception:  # noqa: BLE001  (a half-written temp is removed below either way)
+            except Exception:  # noqa: BLE001  (a half-written part is removed below either way)
                 pass
-        for tmps in self.shards.values():
-            for tmp in tmps:
-                tmp.unlink(missing_ok=True)
-        for d in reversed(self.created):
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
+        if self.started and self.stage.exists():
+            shutil.rmtree(self.stage, ignore_errors=True)
 
 
 def write_folder(out: Path, rows: dict, report: BuildReport, settings: dict) -> None:
@@ -406,9 +472,11 @@ def write_folder(out: Path, rows: dict, report: BuildReport, settings: dict) -> 
 def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
     """Join shard folders into one dataset identical to a single-machine build."""
     import pyarrow.parquet as pq
+    from .build_manifest import verify
     out = Path(out)
     reports = []
     for d in shards:
+        verify(Path(d))  # MixedFolderError (a ValueError) naming the file of another build
         p = Path(d) / "build_report.json"
         if not p.is_file():
             raise FileNotFoundError(f"{d}: not a CASU build folder (no build_report.json)")
@@ -427,6 +495,10 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
         rows[c] = sorted(meta, key=lambda r: r["scene_id"])
     report = BuildReport(built=sorted(b for r in reports for b in r["built"]),
                          skipped=sorted((s for r in reports for s in r["skipped"]), key=lambda s: s["scene_id"]))
+    locks = {json.dumps(r.get("lock"), sort_keys=True) for r in reports}
+    if len(locks) > 1:
+        raise ValueError(f"{shards[0]}: the shards followed different realization locks; they cannot be merged")
+    report.lock = reports[0].get("lock")
     check_writable(out, rows, report, None)
     # Pass 2: the full rows, one row group per shard folder at a time, merged in scene order.
     writer = FolderWriter(out)

@@ -12,9 +12,9 @@ from .contract import DESCRIPTION_TASK, dataset_configs, mcq_configs, tasks
 from .loading import ALL_CONFIG  # every multiple-choice question together: the default config
 
 DEFAULT_NAME = "CASU-mini"
-# 2.1.0: 40 slot families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2
+# 2.2.0: the same questions, built with portable numerics under a realization lock; 2.1.0: 40 slot families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2
 # library, family columns); 1.x: CASU-mini v1 scenes.
-DATASET_VERSION = "2.1.0"
+DATASET_VERSION = "2.2.0"  # 2.2: portable numerics (MiniLM float64, Whisper float32), one family timeline in samples, the realization lock
 _HERE = Path(__file__).parent
 
 
@@ -184,7 +184,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         description_text=", and reference descriptions for scene description" if rows[DESCRIPTION_TASK] else "",
         pair_text=pair_text, dataset_version=settings.get("dataset_version", DATASET_VERSION), families=families,
         example_config=next((c for c in mcq_configs() if rows[c]), "scenes"), counts=counts,
-        n_skipped=len(report.skipped), skipped=skipped, review=review, intelligibility=mix_intelligibility_summary(rows),
+        n_skipped=len(report.skipped), skipped=skipped, review=review, realization=realization_text(report), intelligibility=mix_intelligibility_summary(rows),
         command=settings["command"] or "python -m casu_dataset build", seed=settings["seed"], alpha=settings["alpha"],
         embedding_model=settings["embedding_model"], catalog=settings["catalog"],
         catalog_fingerprint=settings["catalog_fingerprint"],
@@ -193,6 +193,34 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         datasets_version=datasets.__version__, pyarrow_version=pyarrow.__version__,
         soundfile_version=soundfile.__version__, license_text=lic_text,
         voice_licenses=", ".join(sorted({_voice_license(v["engine"]) for v in voices.values()})) or "none")
+
+
+SAME_DATA = ("Two folders are the same dataset when their identity (`casu_build.json`: the lock's sha256 and "
+             "the sha256 of every question config) is equal: the same questions, options, keys, decisions "
+             "and timelines, and audio that either reproduced the reference bytes or drifted within the "
+             "stated bound (stem loudness within 0.5 LU, TTS length conformed by at most 800 samples), as the "
+             "build reports per scene in `build_report.json`. The harness records the identity in every "
+             "results file and `harness table` marks runs made on other data.")
+
+
+def realization_text(report) -> str:
+    """The card's account of the lock this build followed or wrote, and what 'the same' means."""
+    lock, ident = getattr(report, "lock", None), getattr(report, "identity", None) or {}
+    who = f"Dataset identity `{ident.get('sha256', '?')[:16]}`. "
+    if not lock:
+        return (who + "Built without a realization lock: voices, clips, gains and speech checks were decided on "
+                "the building machine, so another CPU may decide differently. " + SAME_DATA)
+    head = (f"realization lock `{lock['file']}` (sha256 `{lock['sha256'][:16]}`, library sha256 "
+            f"`{lock['library_sha256'][:16]}`)")
+    if lock.get("mode") == "written":
+        return (who + f"This build is the reference: it wrote the {head}, which records every decision it made "
+                "(voices, clips with source hashes, timelines in samples, gains, speech-check outcomes) and "
+                "the hash of every stem. Builds that follow it make no decision of their own. " + SAME_DATA)
+    r = report.realization_summary()
+    return (who + f"Built from the {head}: every decision is the reference build's (no retrieval or Whisper "
+            f"run). {r['reproduced']} of {r['scenes']} scenes reproduced the reference bytes; {r['drifted']} "
+            f"drifted (largest stem loudness difference {r['max_stem_lufs_diff']:.4f} LU; TTS output conformed by "
+            f"at most {r['max_turn_samples_conformed']} samples). " + SAME_DATA)
 
 
 def _family_review_text(applied: dict) -> str:

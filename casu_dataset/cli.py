@@ -329,17 +329,46 @@ def cmd_build(args) -> int:
     args.check_speech = not args.no_check_speech
     builder = _builder(args)
     command = "python -m casu_dataset " + " ".join(sys.argv[1:]) if args.record_command else "python -m casu_dataset build"
+    from .build import build_settings
+    from .lock import LockError, load_for, lock_path
+    spec = _spec(args)
+    try:
+        lock = None if (args.relock or args.no_lock) else load_for(
+            Path(lib), build_settings(builder, args.seed, command), builder.mix_config.model_dump(mode="json"),
+            [s.script.id for s in scenes])
+    except LockError as err:
+        _error(str(err))
+        return 2
+    if lock is not None:
+        builder.lock, spec["lock"] = lock, str(lock.path)
+        print(f"following the realization lock {lock.path} ({lock.short}): no retrieval or Whisper decision is made")
+    if args.relock and (args.num_shards > 1 or not args.check_speech):
+        _error("--relock: a lock is made from a whole build with the speech checks (no --num-shards, no "
+               "--no-check-speech)")
+        return 2
     t = time.perf_counter()
     try:
         rep = build_dataset(args.out, scenes, builder, seed=args.seed, cache_dir=args.cache, command=command,
                             num_shards=args.num_shards, shard_index=args.shard_index, num_proc=args.num_proc,
-                            invalid=invalid, builder_spec=_spec(args), name=args.name or library_name(lib),
+                            invalid=invalid, builder_spec=spec, name=args.name or library_name(lib),
+                            relock=Path(lib) if args.relock else None,
                             max_skips=None if args.allow_skips else (args.max_skips or 0),
                             executor=args.executor,
                             ray_options={"address": args.ray_address, "num_gpus": args.ray_num_gpus})
     except BuildError as err:
         print(f"error: build failed: {err}", file=sys.stderr)
         return 1
+    except LockError as err:
+        _error(f"build failed: {err}")
+        return 1
+    r = rep.realization_summary()
+    if r is not None:
+        print(f"realization: {r['reproduced']}/{r['scenes']} scenes reproduced the reference bytes, {r['drifted']} "
+              f"drifted (max stem loudness diff {r['max_stem_lufs_diff']:.4f} LU, TTS conformed by at most "
+              f"{r['max_turn_samples_conformed']} samples)" + "".join(f"\n  drifted {d}" for d in r["drifted_scenes"][:20]))
+    elif rep.lock:
+        print(f"wrote the realization lock {lock_path(Path(lib))} ({rep.lock['sha256'][:16]})")
+    print(f"dataset identity {(rep.identity or {}).get('sha256', '?')[:16]}")
     print(f"built {len(rep.built)} scenes ({rep.cached} from cache), skipped {len(rep.skipped)} "
           f"in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.seconds.items()))
     if args.num_proc == 1:
@@ -530,6 +559,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="GPUs per Ray task (fractions share a GPU); default: 1 when a voice uses a GPU TTS "
                         "engine (kokoro, zonos), else 0")
     p.add_argument("--no-check-speech", action="store_true", help="skip the Whisper intelligibility check")
+    lk = p.add_mutually_exclusive_group()
+    lk.add_argument("--relock", action="store_true",
+                    help="make every decision afresh and write the library's realization lock from this build "
+                         "(a new or edited library); by default a library's lock is followed")
+    lk.add_argument("--no-lock", action="store_true",
+                    help="ignore the library's realization lock: decisions are made on this machine")
     p.add_argument("--record-command", action="store_true", help="write the exact command line into the card")
     p.add_argument("--name", default=None, help="dataset name for the card (default: CASU-mini for the shipped "
                                                   "library, else the scenario folder's or file's name)")

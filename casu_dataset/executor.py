@@ -22,7 +22,11 @@ def build_units(scenes: list) -> dict[str, list]:
 
 def build_unit(unit: list, seed: int, builder, cache_dir: Path,
                touched: list | None = None) -> dict[str, tuple[dict, bool]]:
-    """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain."""
+    """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
+    A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision)."""
+    if getattr(builder, "lock", None) is not None:
+        from .scene_cache import build_locked_scene
+        return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
     if getattr(unit[0], "family_id", ""):
         from .family_build import build_family
         return build_family(unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched))

@@ -11,28 +11,30 @@ from __future__ import annotations
 
 from typing import Callable
 
-import soundfile as sf
-
 
 class FamilyBuildError(RuntimeError):
     """A variant that could not be built; the message names the family, the variant and the cause."""
 
 
 def turn_reserve(variants: list, builder, seed: int) -> list[float] | None:
-    """Per-turn slot lengths shared by a crossed family's versions (None for slot families)."""
+    """Per-turn slot lengths shared by a crossed family's versions (None for slot families), in
+    seconds that are whole samples (n / sample rate): the mixer compares them with each turn's
+    sample count, so every version gets the same slot, and so one timeline and one length,
+    whatever lengths the TTS returned on this machine."""
     first = variants[0]
     if getattr(first, "shape", "") != "crossed":
         return None
+    sr = builder.mix_config.sample_rate
     by_version = {}
     for v in variants:
         by_version.setdefault(v.speech_version, v.script)
-    durs = []
+    lengths = []
     for script in by_version.values():
         layer = builder.speech(script, seed, first.rng_key)
-        durs.append([sf.info(str(p)).duration for p in layer.turn_paths])
-    if len({len(d) for d in durs}) != 1:
+        lengths.append([builder.cache.get(str(p)).audio.shape[0] for p in layer.turn_paths])
+    if len({len(n) for n in lengths}) != 1:
         raise ValueError(f"family {first.family_id}: the speech versions have different numbers of turns")
-    return [round(max(ds), 6) for ds in zip(*durs)]
+    return [max(ns) / sr for ns in zip(*lengths)]
 
 
 def build_family(variants: list, builder, seed: int,

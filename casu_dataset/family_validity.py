@@ -140,7 +140,12 @@ def check_built(folder: str | Path) -> tuple[list[Violation], dict]:
     """Stem identity in a built dataset (read from its parquet files, never from a cache)."""
     import pyarrow.parquet as pq
     from .audio_io import decode_bytes
+    from .build_manifest import MixedFolderError, verify
     folder = Path(folder)
+    try:
+        verify(folder, full=True)  # validity reads every stem anyway: check every file's hash
+    except MixedFolderError as err:
+        return [_v("-", str(folder), str(err))], {}
     files = sorted((folder / "scenes").glob("*.parquet"))
     if not files:
         return [_v("-", f"{folder}/scenes", "no parquet files: not a built CASU dataset")], {}

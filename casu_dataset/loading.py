@@ -140,6 +140,11 @@ def _local_rows(root: Path, config: str, split: str) -> list[dict]:
         have = sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.parquet")))
         raise ConfigNotFound(f"{root}: no parquet files for config {config!r} split {split!r} "
                              f"(configs here: {', '.join(have) or 'none'})")
+    from .build_manifest import MixedFolderError, verify
+    try:
+        verify(root)  # a folder holding files of two builds is refused, naming the file
+    except MixedFolderError as err:
+        raise ConfigNotFound(str(err)) from None
     rows = []
     for f in files:
         # One thread: Arrow's pool threads can abort the interpreter at exit here.

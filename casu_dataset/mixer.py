@@ -194,10 +194,14 @@ def _plan(script: SceneScript, sources: SceneSources, clips: dict[str, Clip], se
     depend on which version or which clip fills a variant."""
     sr = cfg.sample_rate
     rng = scene_rng(seed, rng_key or script.id)
-    turn_durs = [clips[s.path].audio.shape[0] / sr for s in sources.turns]
+    turn_n = [clips[s.path].audio.shape[0] for s in sources.turns]
+    turn_durs = [n / sr for n in turn_n]
     if turn_reserve is not None and len(turn_reserve) != len(turn_durs):
         raise ValueError(f"scene {script.id}: turn_reserve has {len(turn_reserve)} entries for {len(turn_durs)} turns")
-    slot_turns = [max(d, r) for d, r in zip(turn_durs, turn_reserve)] if turn_reserve else turn_durs
+    # Compared in whole samples: every variant whose turn fits its reserve gets the very same
+    # slot value, so the timeline and the scene length are one per family by construction.
+    slot_turns = ([max(n, int(round(r * sr))) / sr for n, r in zip(turn_n, turn_reserve)]
+                  if turn_reserve else turn_durs)
     event_durs, slot_events = [], []
     for e, s in zip(script.events, sources.events):
         d = clips[s.path].audio.shape[0] / sr

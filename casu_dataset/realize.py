@@ -26,6 +26,7 @@ class SceneBuilder:
     min_score: float | None = None    # refuse matches below this score
     tie_margin: float = 0.02
     cache: ClipCache | None = None
+    lock: object | None = None        # a lock.Lock to follow: every scene realized from it
 
     def __post_init__(self):
         self.cache = self.cache or ClipCache(self.mix_config.sample_rate)
@@ -132,7 +133,11 @@ def make_builder(spec: dict) -> SceneBuilder:
         from .speech.intelligibility import WhisperChecker
         checker = WhisperChecker(cpu_threads=spec.get("threads"))
     cfg = MixConfig(fixed_duration=spec["duration"]) if spec.get("duration") else MixConfig()
-    return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker)
+    lock = None
+    if spec.get("lock"):
+        from .lock import read_lock
+        lock = read_lock(spec["lock"])  # checked against the library by the parent already
+    return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker, lock=lock)
 
 
 def load_catalog(spec: str):

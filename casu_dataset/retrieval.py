@@ -163,18 +163,9 @@ class Retriever:
         self.embedder = embedder or Embedder()
         self.alpha = alpha
         self._cache_dir = cache_dir
-        d, k = embeddings if embeddings is not None else catalog_embeddings(catalog, self.embedder, cache_dir)
-        # [cd | ck] in one contiguous matrix, quantized in place (a no-op for our own embeddings;
-        # exact scores for any others); desc and kw are views of its halves, not copies.
-        dim = d.shape[1]
-        self.joint = np.empty((len(d), dim + k.shape[1]), dtype=np.float32)
-        for s in range(0, len(d), 65536):
-            self.joint[s:s + 65536, :dim] = quantize(d[s:s + 65536])
-            self.joint[s:s + 65536, dim:] = quantize(k[s:s + 65536])
-        self.desc, self.kw = self.joint[:, :dim], self.joint[:, dim:]
-        # What the vectors are a function of (keys the index cache): the catalog and model, or their bytes.
-        self.content_key = (f"catalog|{self.embedder.model_name}|{EMBED_VERSION}|{catalog.fingerprint()}"
-                            if embeddings is None else f"vectors|{dim}|" + _digest(self.joint))
+        self._given = embeddings
+        # Catalog embeddings are computed on first use (`joint`): a build that follows a
+        # realization lock never scores a clip and never loads the encoder.
         self.index_mode = index
         self._ann_params = ann_params
         self._ann = None
@@ -183,6 +174,36 @@ class Retriever:
         self.ids = np.array([c.id for c in catalog.clips])
         self.usable = np.array([catalog.verdicts.get(c.id) is None for c in catalog.clips], dtype=bool)
         self._checked = np.zeros(len(catalog), dtype=bool)
+
+    @functools.cached_property
+    def joint(self) -> np.ndarray:
+        """[cd | ck] in one contiguous matrix, quantized in place (a no-op for our own embeddings;
+        exact scores for any others); desc and kw are views of its halves, not copies."""
+        d, k = self._given if self._given is not None else catalog_embeddings(self.catalog, self.embedder,
+                                                                                self._cache_dir)
+        dim = d.shape[1]
+        joint = np.empty((len(d), dim + k.shape[1]), dtype=np.float32)
+        for s in range(0, len(d), 65536):
+            joint[s:s + 65536, :dim] = quantize(d[s:s + 65536])
+            joint[s:s + 65536, dim:] = quantize(k[s:s + 65536])
+        self._dim = dim
+        return joint
+
+    @property
+    def desc(self) -> np.ndarray:
+        return self.joint[:, :self._dim]
+
+    @property
+    def kw(self) -> np.ndarray:
+        return self.joint[:, self._dim:]
+
+    @functools.cached_property
+    def content_key(self) -> str:
+        """What the vectors are a function of (keys the index cache): the catalog and model, or their bytes."""
+        if self._given is None:
+            return f"catalog|{self.embedder.model_name}|{EMBED_VERSION}|{self.catalog.fingerprint()}"
+        joint = self.joint
+        return f"vectors|{self._dim}|" + _digest(joint)
 
     # --- scoring -----------------------------------------------------------------------
     def encode_queries(self, descriptions: list[str], keywords: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ BUILD_CACHE_VERSION = 1
 # key, so a mixer fix can never be served stale scenes from the cache. Retrieval and catalog
 # code is in too: it decides which clip a layer gets; the contract holds the seeded streams.
 RENDER_SOURCES = ("mixer.py", "timeline.py", "loudness.py", "audio_io.py", "source_check.py", "realize.py",
-                  "retrieval.py", "catalog.py", "contract.py", "speech/*.py")
+                  "retrieval.py", "catalog.py", "contract.py", "speech/*.py", "family_build.py", "lock.py")
 _CODE_ROOT = Path(__file__).parent
 STEMS = ("mixture", "background", "speech", "events")
 
@@ -81,6 +81,34 @@ def build_scene(scene, seed: int, builder, cache_dir: Path, settings: dict | Non
     else:
         tmp.replace(d)
     return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}, False
+
+
+def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = None) -> tuple[dict, bool]:
+    """A scene realized from the builder's lock (casu_dataset/lock.py), cached under a key of its
+    lock entry and the rendering code: {annotation, flac, drift}."""
+    from .lock import realize_locked
+    entry = builder.lock.entry(scene.script.id)
+    key = content_key(["locked", BUILD_CACHE_VERSION, __version__, code_hash(_CODE_ROOT), entry,
+                       [v.to_dict() for v in builder.registry.voices]])
+    d = cache_dir / "scenes" / key
+    if touched is not None:
+        touched.append(d.name)
+    if (d / "done").is_file():
+        flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
+        return {"annotation": entry["annotation"], "flac": flac,
+                "drift": json.loads((d / "drift.json").read_text())}, True
+    ann, flac, drift = realize_locked(scene, entry, builder)
+    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for k, b in flac.items():
+        (tmp / f"{k}.flac").write_bytes(b)
+    (tmp / "drift.json").write_text(json.dumps(drift.to_dict(), sort_keys=True))
+    (tmp / "done").write_text("ok")
+    if d.exists():  # a concurrent build finished the same scene first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.replace(d)
+    return {"annotation": ann, "flac": flac, "drift": drift.to_dict()}, False
 
 
 _SCENE_TMP = re.compile(r"^[0-9a-f]{32}\.tmp(\d+)$")

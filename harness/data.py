@@ -95,12 +95,16 @@ class Table:
 def read_local(root: Path, config: str, split: str) -> Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from casu_dataset.build_manifest import MixedFolderError, verify
     h = hashlib.sha256()
     tables = []
+    read: dict[str, str] = {}
     for f in local_files(root, config, split):
         blob = f.read_bytes()  # read once: these bytes are both hashed and parsed
         h.update(json.dumps([f.relative_to(root).as_posix(), len(blob)]).encode())
-        h.update(hashlib.sha256(blob).digest())
+        sha = hashlib.sha256(blob)
+        h.update(sha.digest())
+        read[f.relative_to(root).as_posix()] = sha.hexdigest()
         try:
             # One thread: the files are small, and Arrow's pool threads can abort the
             # interpreter at exit ("terminate called without an active exception").
@@ -108,6 +112,12 @@ def read_local(root: Path, config: str, split: str) -> Table:
         except (pa.ArrowException, OSError) as err:
             raise DatasetError(f"--dataset {root}: {f.relative_to(root)}: not a readable parquet file "
                                f"({err})") from None
+    try:
+        # Every file read must be the one its build wrote, and no file of another build may sit
+        # beside them (casu_build.json): a folder mixing two builds is refused, naming the file.
+        verify(root, read)
+    except MixedFolderError as err:
+        raise DatasetError(f"--dataset {root}: {err}") from None
     try:
         table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     except pa.ArrowException as err:
@@ -212,6 +222,19 @@ class CasuData:
         return {r["scene_id"]: {"background": r["background"]["bytes"], "speech": r["speech"]["bytes"],
                                 "events": r["events"]["bytes"], "annotation": r["annotation"]}
                 for r in self.table("scenes", "test").rows}
+
+    @functools.cached_property
+    def identity(self) -> dict | None:
+        """The dataset identity its build recorded (lock sha256 + question-config hashes), or None
+        for a folder without a build record and for Hub repos."""
+        if not is_local(self.source):
+            return None
+        from casu_dataset.build_manifest import MixedFolderError, read
+        try:
+            record = read(Path(self.source).expanduser())
+        except MixedFolderError as err:
+            raise DatasetError(f"--dataset {self.source}: {err}") from None
+        return record["identity"] if record else None
 
     def fingerprint(self, parts: list) -> str:
         """A hash of exactly the data read: each item a config name (split "test") or (config, split)."""

@@ -214,6 +214,7 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         "errors": errors,
         "audio_probe": probe,
         "dataset_fingerprint": ds_fp,
+        "dataset_identity": data.identity,
         # what was evaluated: rows in each task's config, samples taken (--limit), requests
         # (samples x conditions x rotations); the audio probe's extra calls are not counted
         "evaluated": {"requests": n_units, "samples": sum(c["samples"] for c in counts.values()),

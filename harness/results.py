@@ -86,7 +86,7 @@ def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | Non
         "versions": versions(),
         "model": model,
         "config": config,
-        "dataset": dict(dataset, fingerprint=ev["dataset_fingerprint"]),
+        "dataset": dict(dataset, fingerprint=ev["dataset_fingerprint"], identity=ev.get("dataset_identity")),
         "generation": ev["generation"],
         "scoring": ev["scoring"],
         "audio_probe": ev["audio_probe"],
@@ -131,10 +131,10 @@ def has_families(*docs: dict) -> bool:
     return any("family_accuracy" in m for d in docs for c in d["results"].values() for m in c.values())
 
 
-def _table1_row(doc: dict, full: str = FULL_CONDITION) -> str:
+def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
     r = doc["results"]
     sd = r.get(DESCRIPTION_TASK, {}).get(full, {})
-    name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "")
+    name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "") + mark
     cells = [name, _val(sd.get("bleu4")), _val(sd.get("bertscore")), _val(sd.get("event_match")),
              _val(sd.get("one_minus_wer"))]
     limited = bool(doc.get("config", {}).get("limit"))
@@ -152,11 +152,30 @@ def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
     head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | "
             + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order()) + " |")
     sep = "|" + "---|" * (5 + len(mcq_order()))
-    lines = [head, sep, *(_table1_row(d, full) for d in docs)]
+    marks = other_data(docs)
+    lines = [head, sep, *(_table1_row(d, full, marks.get(id(d), "")) for d in docs)]
+    if marks:
+        ref = _identity_of(docs[0])
+        lines += ["", f"† evaluated on other data than the first row (dataset identity differs from "
+                      f"{(ref or 'none')[:16]}): not comparable."]
     if fam:
         lines += ["", "acc: accuracy per variant (%); fam: family accuracy, all four variants of a contrast family "
                       "right (%; chance 0.39)."]
     return "\n".join(lines)
+
+
+def _identity_of(doc: dict) -> str | None:
+    return ((doc.get("dataset") or {}).get("identity") or {}).get("sha256")
+
+
+def other_data(docs) -> dict[int, str]:
+    """id(doc) -> "†" for runs whose dataset identity differs from the first run's (the data a table
+    compares must be one dataset; a folder without a build record counts as its own identity)."""
+    docs = list(docs)
+    if not docs:
+        return {}
+    ref = _identity_of(docs[0])
+    return {id(d): "†" for d in docs[1:] if _identity_of(d) != ref}
 
 
 def latest_documents(output_path: str | Path, skipped: list | None = None) -> list[dict]:

@@ -228,10 +228,10 @@ def test_kill_during_write_leaves_the_previous_dataset_readable(built, builder, 
     assert _bytes(target) == old                   # every file of the old dataset, byte for byte
     assert _read_all(target) == _read_all(out)
     assert len(datasets.load_dataset(str(target), "contextual_reasoning", split="test")) > 1
-    leftovers = [f for f in target.rglob(".*.tmp*")]
-    assert leftovers                               # the killed writer's temp files ...
-    merge_folders(target, [new])                   # ... are removed by the next write
-    assert not list(target.rglob(".*.tmp*"))
+    leftovers = list(target.parent.glob(f".{target.name}.building-*"))
+    assert leftovers                               # the killed writer's staging folder (beside it) ...
+    merge_folders(target, [new])                   # ... is removed by the next write
+    assert not list(target.parent.glob(f".{target.name}.building-*"))
     assert _bytes(target) == _bytes(new)
 
 

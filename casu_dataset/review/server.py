@@ -53,6 +53,11 @@ class ReviewData:
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
+        from ..build_manifest import MixedFolderError, verify
+        try:
+            verify(self.root)
+        except MixedFolderError as err:
+            raise ReviewError(f"--dataset {err}") from None
         self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes", use_threads=False).to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
         self.question_rows: dict[str, dict] = {}
