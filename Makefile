@@ -3,7 +3,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-isa bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,12 @@ demo: setup
 test: setup
 	@$(PY) -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# The whole suite under each forced instruction-set setting (casu_dataset/isa.py: torch ATen/MKL/oneDNN,
+# CTranslate2, numpy, OpenBLAS): one machine proves that what the tests assert holds on every x86-64 CPU.
+test-isa: setup
+	@for s in native avx2 generic; do echo "== ISA setting $$s"; \
+	  $(PY) -m casu_dataset.isa $$s -- $(PY) -m pytest -q tests || exit 1; done
 
 bench: setup
 	@bash scripts/setup_scaper.sh || echo "bench: scaper baseline unavailable; its columns will say why"

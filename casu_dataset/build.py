@@ -210,7 +210,9 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
     mine = [units[k] for k in sorted(keep)]
     try:
         t0 = time.perf_counter()
-        prebuild(mine, seed, cache_dir, executor, num_proc, builder_spec, progress, ray_options)
+        prebuild(mine, seed, cache_dir, executor, num_proc, builder_spec, progress, ray_options,
+                 timings=getattr(builder, "timings", None))
+        report.seconds["prebuild"] = time.perf_counter() - t0
         for unit in tqdm(mine, desc="scenes", disable=not progress):
             try:
                 built = build_unit(unit, seed, builder, cache_dir)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+_T0 = time.perf_counter()  # the build's stage breakdown starts here (imports included)
+
 from .contract import AGENT_DEFAULT_TASKS, mcq_configs
 
 # `push` goes online unless the user set offline mode; every other command reads local files only
@@ -291,6 +293,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_build(args) -> int:
+    t_cmd = time.perf_counter()
     from .build import BuildError, build_dataset
     from .scenarios.families import DEFAULT_V2_DIR, compile_families, is_family_library
     from .scenarios.library import DEFAULT_DIR, LibraryError, compile_library, library_name
@@ -371,12 +374,42 @@ def cmd_build(args) -> int:
     print(f"dataset identity {(rep.identity or {}).get('sha256', '?')[:16]}")
     print(f"built {len(rep.built)} scenes ({rep.cached} from cache), skipped {len(rep.skipped)} "
           f"in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.seconds.items()))
-    if args.num_proc == 1:
-        print("  per stage (this process): " + ", ".join(f"{k} {v:.1f} s" for k, v in builder.timings.items()))
+    s = rep.seconds
+    wall = {"imports": t_cmd - _T0, "setup (library, models, lock)": t - t_cmd,
+            "scenes": s.get("prebuild", 0.0), "assemble": s.get("scenes", 0.0) - s.get("prebuild", 0.0),
+            "write": s.get("write", 0.0)}
+    total = time.perf_counter() - _T0
+    print("  wall clock: " + " + ".join(f"{k} {v:.1f} s" for k, v in wall.items())
+          + f" = {sum(wall.values()):.1f} s of {total:.1f} s")
+    if builder.timings:
+        procs = f"summed over {args.num_proc} worker processes" if args.num_proc > 1 else "this process"
+        print(f"  scene stages ({procs}): " + ", ".join(f"{k} {v:.1f} s" for k, v in builder.timings.items() if v))
     for s in rep.skipped:
         print(f"  skipped {s['scene_id']}: {s['reason']}")
     print(f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, {mcq_configs()[0]!r}))")
     return 0
+
+
+def cmd_compare(args) -> int:
+    """Per stem: equal bytes, or the largest sample difference (dB re. full scale) and the loudness
+    difference; exit 1 when any stem differs."""
+    from .lock import compare_folders
+    for d in (args.reference, args.build):
+        if not (Path(d) / "scenes").is_dir():
+            _error(f"{d}: not a built CASU folder (no scenes/ config)")
+            return 2
+    try:
+        rows = compare_folders(Path(args.reference), Path(args.build))
+    except ValueError as err:
+        _error(str(err))
+        return 2
+    diff = [r for r in rows if not r["equal"]]
+    scenes = {r["scene_id"] for r in rows}
+    print(f"{len(scenes)} scenes, {len(rows)} stems: {len(rows) - len(diff)} byte-identical, {len(diff)} differ")
+    for r in diff[:50]:
+        print(f"  {r['scene_id']} {r['stem']}: " + (f"length {r['length_diff']:+d} samples" if "length_diff" in r else
+              f"max sample difference {r['max_diff_db']} dBFS, loudness {r['lufs_diff']:+.4f} LU"))
+    return 1 if diff else 0
 
 
 def cmd_merge(args) -> int:
@@ -576,6 +609,10 @@ def main(argv: list[str] | None = None) -> int:
                         "clotho:CSV:AUDIO_DIR[:META], fsd50k:CSV:AUDIO_DIR or arca23k:CSV:AUDIO_DIR")
     _common(p)
     p.set_defaults(fn=cmd_build)
+    p = sub.add_parser("compare", help="how a build's audio differs from a reference build of the same library")
+    p.add_argument("reference", help="the reference build folder")
+    p.add_argument("build", help="the build to compare")
+    p.set_defaults(fn=cmd_compare)
     p = sub.add_parser("merge", help="join shard folders into one dataset")
     p.add_argument("--out", required=True)
     p.add_argument("shards", nargs="+")

@@ -35,7 +35,8 @@ def build_unit(unit: list, seed: int, builder, cache_dir: Path,
 
 
 def prebuild(units: list, seed: int, cache_dir: Path, executor: str = "local", num_proc: int = 1,
-             builder_spec: dict | None = None, progress: bool = True, ray_options: dict | None = None) -> None:
+             builder_spec: dict | None = None, progress: bool = True, ray_options: dict | None = None,
+             timings: dict | None = None) -> None:
     """Fill the scene cache ahead of assembly ("ray", or "local" with num_proc > 1); a no-op for
     a single local process (build.py builds each unit as it assembles)."""
     if executor not in EXECUTORS:
@@ -48,7 +49,7 @@ def prebuild(units: list, seed: int, cache_dir: Path, executor: str = "local", n
     elif num_proc > 1:
         if builder_spec is None:
             raise ValueError("--num-proc > 1 needs a builder spec (workers construct their own models)")
-        _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, progress)
+        _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, progress, timings)
 
 
 _POOL_STATE: dict = {}
@@ -62,15 +63,18 @@ def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
 
 
 def _pool_build(unit):
+    """Build one unit in a worker; returns the worker's stage seconds spent on it (the parent adds
+    them up, so the build's stage timers cover the work done in workers too)."""
     st = _POOL_STATE
+    before = dict(st["builder"].timings)
     try:
         build_unit(unit, st["seed"], st["builder"], st["cache_dir"])
-        return None
-    except Exception as err:  # reported again, with the same reason, when the parent assembles
-        return f"{type(err).__name__}: {err}"
+    except Exception:  # noqa: BLE001  (reported again, with the same reason, when the parent assembles)
+        pass
+    return {k: v - before.get(k, 0.0) for k, v in st["builder"].timings.items()}
 
 
-def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, progress) -> None:
+def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, progress, timings=None) -> None:
     """Fill the scene cache with worker processes, then the parent assembles the folder from
     the cache in a fixed order, so the output is identical to num_proc=1. Workers are spawned,
     not forked: torch's and ctranslate2's thread pools deadlock in a forked child."""
@@ -78,6 +82,8 @@ def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, progress) -> Non
     from tqdm import tqdm
     spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
     with mp.get_context("spawn").Pool(num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)) as pool:
-        for _ in tqdm(pool.imap_unordered(_pool_build, scenes), total=len(scenes), desc="scenes (parallel)",
-                      disable=not progress):
-            pass
+        for spent in tqdm(pool.imap_unordered(_pool_build, scenes), total=len(scenes), desc="scenes (parallel)",
+                          disable=not progress):
+            if timings is not None:
+                for k, v in spent.items():
+                    timings[k] = timings.get(k, 0.0) + v

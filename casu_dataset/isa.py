@@ -60,3 +60,23 @@ def describe() -> dict:
     except ImportError:
         out["numpy_top"] = np.__version__
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m casu_dataset.isa SETTING -- COMMAND ...`: run COMMAND under a forced setting."""
+    import sys
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--":
+        print(f"usage: python -m casu_dataset.isa {{{','.join(SETTINGS)}}} -- COMMAND ...", file=sys.stderr)
+        return 2
+    try:
+        env = env_for(argv[0])
+    except KeyError as err:
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return 2
+    os.execvpe(argv[2], argv[2:], env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

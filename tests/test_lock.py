@@ -123,6 +123,11 @@ def test_drift_is_conformed_reported_and_bounded(locked, tmp_path, session_cache
     assert s["max_turn_samples_conformed"] == 300 and s["max_stem_lufs_diff"] < 0.5
     d = next(x for x in rep.drift if x["scene_id"] == entry["scene_id"])
     assert d["turns"][0] == {"padded": -300, "pcm_equal": False} and "speech" in d["stems"]
+    # Against the reference folder: only that scene's speech and mixture differ, by how much is told.
+    from casu_dataset.lock import compare_folders
+    diff = [r for r in compare_folders(ref, tmp_path / "out") if not r["equal"]]
+    assert {(r["scene_id"], r["stem"]) for r in diff} == {(entry["scene_id"], "speech"), (entry["scene_id"], "mixture")}
+    assert all(r["max_diff_db"] is not None and r["max_diff_db"] < 0 and abs(r["lufs_diff"]) < 0.5 for r in diff)
     # Far beyond the bound: not the same speech; the scene fails with the numbers (and so the
     # CLI build, whose default is --max-skips 0).
     entry["turns"][0]["samples"] -= 5000
