@@ -222,10 +222,16 @@ def _family_validity(args, src) -> int:
         from .llm.local import LocalLM
         blind.update(fv.lm_question_only(scenes, LocalLM(args.lm)))
     report = fv.format_report(fv.counts(scenes), violations, blind, built)
+    cue_failures = []
+    if args.dataset and not (built and built[0]):
+        from .cue_checks import check_folder, failures, format_summary
+        cues = check_folder(args.dataset)
+        report += "\n\n" + format_summary(cues["summary"])
+        cue_failures = failures(cues["summary"]) if args.strict_cues else []
     print(report)
     if args.out:
         Path(args.out).write_text(report + "\n")
-    bad = violations + (built[0] if built else [])
+    bad = violations + (built[0] if built else []) + cue_failures
     for v in bad:
         print(f"validity: {v}", file=sys.stderr)
     return 1 if bad else 0
@@ -565,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-lm", action="store_true", help="skip the LM baseline (it takes a few minutes on CPU)")
     p.add_argument("--out", default=None, help="also write the Markdown report here")
     p.add_argument("--cache", default=None)
+    p.add_argument("--strict-cues", action="store_true",
+                   help="with --dataset: an inaudible, untrue or indistinct cue is a violation (exit 1)")
     p.set_defaults(fn=cmd_validity)
     p = sub.add_parser("audit", help="honest-reader packets of the contrast families (one view each, no keys) "
                                      "and the score of the readers' answers")
