@@ -148,6 +148,7 @@ def eval_yaml(rows: dict, settings: dict) -> str:
 
 def dataset_card(rows: dict, report, settings: dict) -> str:
     """`report`: the build.BuildReport (skipped scenes, review counts)."""
+    from .preflight import rejected_text
     import datasets
     import pyarrow
     import soundfile
@@ -184,7 +185,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         description_text=", and reference descriptions for scene description" if rows[DESCRIPTION_TASK] else "",
         pair_text=pair_text, dataset_version=settings.get("dataset_version", DATASET_VERSION), families=families,
         example_config=next((c for c in mcq_configs() if rows[c]), "scenes"), counts=counts,
-        n_skipped=len(report.skipped), skipped=skipped, review=review, intelligibility=mix_intelligibility_summary(rows),
+        n_skipped=len(report.skipped), skipped=skipped, rejected=rejected_text(settings.get("catalog_rejected")), review=review, intelligibility=mix_intelligibility_summary(rows),
         command=settings["command"] or "python -m casu_dataset build", seed=settings["seed"], alpha=settings["alpha"],
         embedding_model=settings["embedding_model"], catalog=settings["catalog"],
         catalog_fingerprint=settings["catalog_fingerprint"],

@@ -115,7 +115,8 @@ class Catalog:
         checks.save()
         self.verdicts[clip.id] = reason
         if reason:
-            self.rejected.append({"clip_id": clip.id, "path": clip.path, "reason": reason})
+            self.rejected.append({"clip_id": clip.id, "path": clip.path, "reason": reason, "kind": clip.kind,
+                                  "type": clip.type})
             self.report.skip(f"{self.name}: clip {clip.id}", reason)
         elif "duration" in m:
             self.measured_duration[clip.id] = m["duration"]
@@ -320,7 +321,7 @@ def _validated(cls, name: str, clips: list[CatalogClip], report: LoadReport, val
     for c in clips:
         reason, m = checks.reason(c.path, c.kind)
         if reason:
-            rejected.append({"clip_id": c.id, "path": c.path, "reason": reason})
+            rejected.append({"clip_id": c.id, "path": c.path, "reason": reason, "kind": c.kind, "type": c.type})
             report.skip(f"{name}: clip {c.id}", reason)
             continue
         c.duration, c.sample_rate = m["duration"], m["sample_rate"]

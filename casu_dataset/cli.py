@@ -376,6 +376,17 @@ def cmd_build(args) -> int:
     except (CatalogError, OSError) as err:  # a missing manifest or audio folder, truncated JSON, a bad spec
         _error(f"--catalog: {err}")
         return 2
+    from .preflight import fill_problems, rejected_summary
+    rej = rejected_summary(builder.retriever.catalog)
+    if rej["rejected"]:
+        print(f"catalog {builder.retriever.catalog.name}: {rej['rejected']} clip(s) or row(s) rejected, never used "
+              "(listed in the card and build_report.json): " + "; ".join(
+                  f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]), file=sys.stderr)
+    problems = fill_problems(scenes, builder.retriever, check_retrieval=is_family_library(lib))
+    if problems:  # retrieval never falls back silently to a clip of another type
+        _error(f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
+               + "\n  ".join(problems[:20]))
+        return 1
     command = "python -m casu_dataset " + " ".join(sys.argv[1:]) if args.record_command else "python -m casu_dataset build"
     t = time.perf_counter()
     try:
