@@ -175,7 +175,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
               f"(newest decision kept); {len(rv.get('refused', []))} decisions refused (they would break a family); "
               f"{rv['bad_lines']} unreadable lines in the decisions file"
               + (f"; {len(rv['unknown'])} decisions on items not in this build (not counted)" if rv.get("unknown")
-                 else "") + ".")
+                 else "") + "." + _edits_text(rv.get("edits") or [], rv.get("refused") or []))
     lic_text = (f"All sound clips are under {lic['license']}." if lic["license"] != "other" else
                 f"The sound clips keep their own licenses ({len(set(str(c.get('license')) for c in clips.values()))} "
                 "different ones); [ATTRIBUTION.md](ATTRIBUTION.md) lists each clip's source, author and license.")
@@ -194,6 +194,22 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         datasets_version=datasets.__version__, pyarrow_version=pyarrow.__version__,
         soundfile_version=soundfile.__version__, license_text=lic_text,
         voice_licenses=", ".join(sorted({_voice_license(v["engine"]) for v in voices.values()})) or "none")
+
+
+def _edits_text(edits: list[dict], refused: list[str]) -> str:
+    """Every applied edit with what it changed, and every refused decision with why."""
+    from .contract import DATASET_LETTERS
+    lines = []
+    for e in edits:
+        parts = []
+        if "question" in e:
+            parts.append(f"question {e['question'][0]!r} -> {e['question'][1]!r}")
+        parts += [f"option {DATASET_LETTERS[i]} {a!r} -> {b!r}" for i, a, b in e.get("options", [])]
+        if "answer" in e:
+            parts.append(f"key {e['answer'][0]} -> {e['answer'][1]}")
+        lines.append(f"- edited {e['item']}: " + ("; ".join(parts) or "no change"))
+    lines += [f"- refused: {r}" for r in refused]
+    return ("\n\nEdits and refusals:\n\n" + "\n".join(lines)) if lines else ""
 
 
 def _family_review_text(applied: dict) -> str:

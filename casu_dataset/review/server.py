@@ -30,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..contract import mcq_configs, mcq_tasks
-from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, validate,
-                        variant_question_error)
+from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, option_moves,
+                        validate, variant_question_error)
 
 FAMILY_COLS = ("family_id", "variant", "family_shape", "slot_kind", "speech_version", "fill")
 STEMS = ("audio", "background", "speech", "events")
@@ -193,6 +193,9 @@ class ReviewData:
             rec["edit"] = {"question": rec["edit"].get("question", q0["question"]),
                            "options": rec["edit"].get("options", list(q0["options"]))}
             check_no_option_in_question(rec["edit"]["question"], rec["edit"]["options"])
+            why = option_moves(list(q0["options"]), rec["edit"]["options"])
+            if why:
+                raise DecisionError(why)
         return rec
 
     @functools.lru_cache(maxsize=64)
@@ -312,10 +315,13 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
             port = self.server.server_address[1]
             origin = self.headers.get("Origin")
             if origin is not None:
-                m = re.fullmatch(r"https?://(.+)", origin.strip())
-                if not m or not host_ok(m.group(1), names, port):
-                    return HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not this review server: cross-site writes " \
-                                                 "are refused"
+                # Same origin means the same scheme, host and port as the (already checked) Host the
+                # page was served under: http://localhost (port 80) or another of this machine's
+                # addresses is another origin, even with a valid token.
+                host = (self.headers.get("Host") or "").strip().lower()
+                if origin.strip().lower() != f"http://{host}" or _split_host(host)[1] != port:
+                    return HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not this review server (http://{host}): " \
+                                                 "cross-site writes are refused"
             if (self.headers.get("Sec-Fetch-Site") or "same-origin") not in ("same-origin", "none"):
                 return HTTPStatus.FORBIDDEN, f"Sec-Fetch-Site {self.headers['Sec-Fetch-Site']!r}: cross-site " \
                                              "writes are refused"
