@@ -662,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=None, help="folder of the LLM response cache (resume after a kill)")
     p.set_defaults(fn=cmd_generate)
     args = ap.parse_args(argv)
+    from .redact import guard_logging
+    guard_logging()
     return _run(args)
 
 

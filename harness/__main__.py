@@ -55,6 +55,8 @@ def _set_verbosity(level: str) -> None:
     logging.getLogger().setLevel(level)
     for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
         logging.getLogger(name).setLevel(level)
+    from casu_dataset.redact import guard_logging
+    guard_logging()  # never the HTTP clients' raw headers and bodies, at any verbosity
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -372,6 +374,8 @@ def cmd_table(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from casu_dataset.redact import guard_logging
+    guard_logging()  # push and pr-eval-results talk to the Hub with a token too
     cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run, "table": cmd_table,
             "pr-eval-results": cmd_pr_eval_results}
     if argv and argv[0] in cmds:

@@ -72,6 +72,10 @@ class OpenAIBackend:
         with self._client_lock:
             if self._client is None:
                 import openai
+
+                from ..redact import guard_logging, register_secret
+                register_secret(self._key)
+                guard_logging()  # the SDK's and httpx's DEBUG logs print raw headers (OPENAI_LOG=debug too)
                 # The SDK insists on a key; a keyless local server gets a placeholder that is never
                 # sent (the Authorization header is omitted).
                 self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key or "unused",
