@@ -236,8 +236,17 @@ class CasuData:
             except TypeError:  # a null struct or list where a value belongs
                 nulls = [c for c in ("id", "scene_id", "audio") if row.get(c) is None]
                 raise DatasetError(f"{where}: field(s) {nulls or 'of a wrong type'} are null") from None
+            if not isinstance(s.scene_id, str) or not s.scene_id.strip():
+                raise DatasetError(f"{where} ({s.id}): field 'scene_id' is {s.scene_id!r}: every row names its scene")
             if not isinstance(s.audio, bytes) or not s.audio:
                 raise DatasetError(f"{where} ({s.id}): field 'audio' has no bytes")
+            if "options" in t.columns:  # a multiple-choice row: every field the prompt and the score use
+                if not isinstance(row.get("question"), str) or not row["question"].strip():
+                    raise DatasetError(f"{where} ({s.id}): field 'question' is {row.get('question')!r}: empty")
+                if any(not isinstance(o, str) or not o.strip() for o in s.options):
+                    raise DatasetError(f"{where} ({s.id}): field 'options' has a null or empty option: {s.options!r}")
+                if not isinstance(row.get("answer"), str):
+                    raise DatasetError(f"{where} ({s.id}): field 'answer' is {row.get('answer')!r}, not a letter")
             if "options" in t.columns and not (0 < len(s.options) <= len(LETTERS)
                                                and s.answer in tuple(LETTERS[: len(s.options)])):  # not "AB"
                 raise DatasetError(f"{where} ({s.id}): answer {s.answer!r} is not one of the letters of its "
