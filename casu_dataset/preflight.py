@@ -17,8 +17,10 @@ def _items(scene):
 
 
 def _where(scene, layer: str) -> str:
-    fam = getattr(scene, "family_id", "")
-    return f"{'family ' + fam + ': ' if fam else ''}scene {scene.script.id}, {layer}"
+    fam, fill = getattr(scene, "family_id", ""), getattr(scene, "fill", "")
+    slot = getattr(scene, "slot", "")
+    what = f"fill {fill!r} ({layer})" if fill and layer == slot else layer
+    return f"{'family ' + fam + ': ' if fam else ''}scene {scene.script.id}, {what}"
 
 
 def fill_problems(scenes: list, retriever, check_retrieval: bool) -> list[str]:
@@ -35,7 +37,7 @@ def fill_problems(scenes: list, retriever, check_retrieval: bool) -> list[str]:
             if not want or not types[kind]:
                 continue
             if want not in types[kind]:
-                out.append(f"{_where(sc, layer)}: type {want!r} is not a {kind} type of catalog {cat.name}"
+                out.append(f"{_where(sc, layer)}: type {want!r} is not {'an' if kind == 'event' else 'a'} {kind} type of catalog {cat.name}"
                            + _rejected_note(rejected, want))
                 continue
             if not check_retrieval:

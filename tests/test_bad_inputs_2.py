@@ -308,7 +308,7 @@ def no_key_fragment(o: Outcome, key: str = KEY) -> Outcome:
 def generate_401(c: Ctx, families: bool) -> Outcome:
     with refusing_server() as url, key_env():
         argv = ["generate", "--backend", "openai", "--base-url", url, "--llm-model", "m", "--out",
-                str(c.tmp / "gen.json"), "--cache", str(c.tmp / "cache"), "--retries", "0"]
+                str(c.tmp / "gen.json"), "--cache", str(c.tmp / "cache"), "--retries", "1"]
         argv += ["--families", "1", "--no-retrieval"] if families else ["--place", "kitchen"]
         return no_key_fragment(casu(*argv))
 
@@ -364,7 +364,7 @@ def origin_case(c: Ctx, origin: str | None, host: str | None = None) -> Outcome:
         html = page.getresponse().read().decode()
         token = re.search(r'name="casu-token" content="([^"]+)"', html) or re.search(r'"token":\s*"([^"]+)"', html)
         token = token.group(1) if token else ""
-        body = json.dumps({"kind": "scene", "item": "b_scene0", "action": "accept"}).encode()
+        body = json.dumps({"kind": "question", "item": "b_scene0/q0", "action": "accept"}).encode()
         h = {"Host": host or f"127.0.0.1:{port}", "Content-Type": "application/json", "X-CASU-Token": token,
              "Content-Length": str(len(body))}
         if origin is not None:

@@ -49,14 +49,26 @@ class ReviewData:
     """The built dataset (local folder), read with pyarrow: scenes, stems and questions."""
 
     def __init__(self, dataset: str | Path):
-        import pyarrow.parquet as pq
+        import pyarrow as pa
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
+        self._config = "scenes"
+        try:
+            self._read()
+        except (pa.ArrowException, OSError) as err:  # a truncated or foreign parquet file
+            raise ReviewError(f"--dataset {self.root}: {self._config}/: cannot read its parquet files ({err})") from None
+        except KeyError as err:  # a table without a column the page needs
+            raise ReviewError(f"--dataset {self.root}: {self._config}/: no column {err} (not a CASU build)") from None
+        self.log = DecisionLog(decisions_path(self.root))
+
+    def _read(self) -> None:
+        import pyarrow.parquet as pq
         self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes", use_threads=False).to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
         self.question_rows: dict[str, dict] = {}
         for c in mcq_configs():
+            self._config = c  # named in the error if this config cannot be read
             files = sorted((self.root / c).glob("*.parquet"))
             if files:
                 names = set(pq.read_schema(files[0]).names)  # v1 folders have no family columns
@@ -77,7 +89,6 @@ class ReviewData:
             fid = self.scenes.get(q["scene_id"], {}).get("family_id")
             if fid:
                 self.family_questions.setdefault(f"{fid}/{q['task']}", {})[q["scene_id"]] = q
-        self.log = DecisionLog(decisions_path(self.root))
 
     def state(self, reviewer: str) -> dict:
         rv = self.log.review()
@@ -184,7 +195,7 @@ class ReviewData:
             raise DecisionError(f"{kind} {item!r} is not in this dataset")
         if kind == "question":
             q = self.question_rows[item]
-            msg = variant_question_error(rec, self.scenes[q["scene_id"]].get("family_id"), q["task"])
+            msg = variant_question_error(rec, self.scenes.get(q["scene_id"], {}).get("family_id"), q["task"])
             if msg:
                 raise DecisionError(msg)
         if kind == "family_question" and rec["action"] == "edit":
