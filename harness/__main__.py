@@ -255,7 +255,7 @@ def cmd_validate(argv: list[str]) -> int:
         for cfg in cfgs.values():
             try:
                 if data is not None:
-                    data.check(cfg)
+                    data.check_all([cfg])  # also: a config with no rows
                     data.samples(cfg.dataset_config, cfg.split)  # every row parses (answers, audio)
                 print(f"ok  {cfg.task}")
             except DatasetError as err:

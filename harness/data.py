@@ -189,6 +189,7 @@ class CasuData:
         self.source = str(source)
         self.seed = seed
         self._audio_cache: OrderedDict = OrderedDict()
+        self._warned: set = set()
         self.decode_seconds = 0.0
 
     @functools.lru_cache(maxsize=None)
@@ -206,13 +207,29 @@ class CasuData:
         missing = [c for c in need if c not in t.columns]
         if missing:
             raise DatasetError(f"{where} has no column(s) {missing}, which task {task.task!r} ({task.output_type}) needs")
-        if not t.rows:  # "evaluated 0 requests" with exit 0 is a wrong result, not an empty one
-            raise DatasetError(f"{where}: has no rows (task {task.task!r} would evaluate nothing)")
         bad = column_problems(t.schema) if t.schema is not None else []
         bad += id_problems(t.rows)
         if bad:
             raise DatasetError(f"{where}: " + "; ".join(bad))
         self.samples(task.dataset_config, task.split)  # every row parses before any model runs
+
+    def check_all(self, tasks) -> None:
+        """Every task's config checked; "evaluated 0 requests" with exit 0 is a wrong result, so a
+        run whose configs are all empty is refused, and an empty one among others is named."""
+        import sys
+        for t in tasks:
+            self.check(t)
+        empty = [t for t in tasks if not self.table(t.dataset_config, t.split).rows]
+        if empty and len(empty) == len(tasks):
+            raise DatasetError(f"--dataset {self.source}: " + "; ".join(
+                f"config {t.dataset_config!r} split {t.split!r} has no rows" for t in empty)
+                + f": task(s) {', '.join(t.task for t in empty)} would evaluate nothing")
+        for t in empty:
+            if (t.dataset_config, t.split) in self._warned:
+                continue
+            self._warned.add((t.dataset_config, t.split))
+            print(f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no rows: "
+                  f"task {t.task!r} scores nothing (reported with n = 0)", file=sys.stderr)
 
     @functools.lru_cache(maxsize=None)
     def samples(self, config: str, split: str = "test") -> list[Sample]:

@@ -163,8 +163,7 @@ def _text_breakdown(recs, key):
 def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None) -> dict:
     t0 = time.perf_counter()
     state = RunState()
-    for t in tasks:
-        data.check(t)
+    data.check_all(tasks)
     # The fingerprint hashes the very bytes the samples (and stems) below are parsed from.
     parts = {(t.dataset_config, t.split) for t in tasks}
     if any(not c.is_full for c in opts.conditions):

@@ -25,8 +25,9 @@ def kind_of(t: pa.DataType) -> str:
     """The column kind an Arrow type is, in COLUMN_KINDS' words (else the Arrow type's own name)."""
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return STRING
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and kind_of(t.value_type) == STRING:
-        return STRINGS
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+            kind_of(t.value_type) == STRING or pa.types.is_null(t.value_type)):
+        return STRINGS  # list<null>: only empty or null items, which the row checks name
     if pa.types.is_struct(t):
         i = t.get_field_index("bytes")
         if i >= 0 and (pa.types.is_binary(t.field(i).type) or pa.types.is_large_binary(t.field(i).type)):

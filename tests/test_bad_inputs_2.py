@@ -463,7 +463,7 @@ CASES = [
     ds_case("audio-as-string", setcol("audio", lambda t: ["s.flac"] * len(t)), "audio", "string"),
     ds_case("audio-no-bytes", lambda t: t.set_column(t.column_names.index("audio"), "audio", pa.array(
         [{"bytes": b"", "path": "x"}] * len(t))), "audio", "no bytes"),
-    ds_case("empty-table", lambda t: t.slice(0, 0), "has no rows"),
+    ds_case("empty-table", lambda t: t.slice(0, 0), "has no rows", "would evaluate nothing"),
     ("dataset-shard-extra-column", lambda c: run_on(c, second_shard(c, "sx", lambda t: t.append_column(
         "colour", pa.array(["red"])))), (E, 2, "another schema", "colour")),
     ("dataset-shard-missing-column", lambda c: run_on(c, second_shard(c, "sm", lambda t: t.drop_columns(
