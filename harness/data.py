@@ -207,7 +207,7 @@ class CasuData:
         missing = [c for c in need if c not in t.columns]
         if missing:
             raise DatasetError(f"{where} has no column(s) {missing}, which task {task.task!r} ({task.output_type}) needs")
-        bad = column_problems(t.schema) if t.schema is not None else []
+        bad = column_problems(t.schema, need) if t.schema is not None else []
         bad += id_problems(t.rows)
         if bad:
             raise DatasetError(f"{where}: " + "; ".join(bad))
