@@ -3,7 +3,8 @@
 Servers often echo the key they were sent in a 401 body ("Incorrect API key provided: sk-..."),
 or only part of it ("key ending SECRET123"), so every error line built from a server reply, and
 every error the CLIs print, goes through `redact`. Three nets: any run of 4+ characters of a
-known secret (the values of the key variables this toolkit reads, and keys passed in), the
+known secret standing as a word, or of 8+ inside a longer word (the values of the key variables
+this toolkit reads, and keys passed in), the
 shapes keys have (`Bearer ...`, `sk-...`, `hf_...`, `key=...`), and `guard_logging`, which keeps
 the HTTP clients' debug logs (raw request and response headers and bodies) off at every
 verbosity and passes every log record through `redact`."""
@@ -43,8 +44,12 @@ def _env_secrets() -> list[str]:
     return [v for v in [*vals, *_EXTRA] if len(v) >= MIN_SECRET_LEN]
 
 
+GLUED_MIN = 8  # a shorter run inside a longer word ("correct" in "Incorrect") is that word, not a key
+
+
 def _fragments(s: str, secret: str) -> list[tuple[int, int]]:
-    """Spans of `s` that are runs of MIN_FRAGMENT+ characters of `secret` (longest at each start)."""
+    """Spans of `s` that are runs of MIN_FRAGMENT+ characters of `secret` (longest at each
+    start): standing as a word of their own, or at least GLUED_MIN long anywhere."""
     grams = {secret[i:i + MIN_FRAGMENT] for i in range(len(secret) - MIN_FRAGMENT + 1)}
     spans, i = [], 0
     while i <= len(s) - MIN_FRAGMENT:
@@ -52,8 +57,12 @@ def _fragments(s: str, secret: str) -> list[tuple[int, int]]:
             j = i + MIN_FRAGMENT
             while j < len(s) and s[i:j + 1] in secret:
                 j += 1
-            spans.append((i, j))
-            i = j
+            glued = (i > 0 and s[i - 1].isalnum()) or (j < len(s) and s[j].isalnum())
+            if not glued or j - i >= GLUED_MIN:
+                spans.append((i, j))
+                i = j
+            else:
+                i += 1
         else:
             i += 1
     return spans
