@@ -10,8 +10,11 @@ EXIT_CODES = """exit codes:
   0  success
   2  bad input: a flag, a --model_args value, a task YAML, the dataset, --cache or --output_path
      (the message names which and why); checked before any model loads
-  3  the model cannot be loaded or run (unknown --model, missing weights, arguments the adapter refuses)
-  4  the run finished but some samples failed (listed in the results; the first is printed)
+  3  the model cannot be loaded or run (unknown --model, missing weights, arguments the adapter refuses,
+     an API that refuses the key or model), or more than 25% of at least 20 requests failed (the
+     answers received are cached: rerun to resume)
+  4  the run finished but some samples failed (listed in the results; the first is printed); they are
+     not cached, so the same command again retries only them
   5  push / pr-eval-results, or a run with --hf_hub_log_args push_results_to_hub=true: the Hub could not
      be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload (token, permissions, missing
      repo); one line says which (after a run: the results stay on disk, and the line gives the
