@@ -27,7 +27,7 @@ from casu_dataset.audio_io import decode_bytes
 from casu_dataset.contract import LETTERS, AnnotationError, SceneAnnotation
 
 from .conditions import Condition, render
-from .schema import column_problems, id_problems, schema_difference
+from casu_dataset.table_schema import column_problems, id_problems, schema_difference
 
 
 class DatasetError(ValueError):
