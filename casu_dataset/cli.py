@@ -681,7 +681,8 @@ def _run(args) -> int:
         _error(err)
         return 2
     except BackendError as err:
-        _error(f"{args.cmd}: the LLM server failed: {err}")
+        _error(f"{args.cmd}: the LLM server refused the requests or kept failing (replies received stay "
+               f"cached; rerun to resume): {err}")
         return 3
 
 

@@ -6,7 +6,8 @@ in flight whatever --batch_size is; transient errors (408/409/5xx, timeouts, dro
 connections) are retried with exponential backoff and jitter (`max_retries`), a 429 is waited
 out (its Retry-After, else backoff) within `rate_limit_wait` seconds per request without
 counting as a retry, and a request that still fails is a failed sample (reported, retried by
-the next run), not the end of the run. 401/403/404 stop the run: no request can succeed. The key comes from the environment (`api_key_env`, default
+the next run), not the end of the run. 401/403/404 stop the run: no request can succeed.
+The key comes from the environment (`api_key_env`, default
 OPENAI_API_KEY) and is sent only in the Authorization header. The HTTP client is the `openai` SDK
 (through casu_dataset.llm.backends.OpenAIBackend).
 """

@@ -9,8 +9,11 @@
   requested with `response_format: json_schema`; a server that rejects it is asked again
   without it, and the caller validates the reply either way. Callers may call `complete` from
   several threads: at most `concurrency` requests are in flight (a semaphore that backends on
-  the same server can share), and transient errors (429, 5xx, timeouts) are retried with
-  jittered exponential backoff, honouring a numeric Retry-After.
+  the same server can share), and transient errors (5xx, timeouts, dropped connections) are
+  retried with jittered exponential backoff (`max_retries`); a 429 is waited out (a numeric
+  Retry-After, else backoff) within `rate_limit_wait` seconds and never counts as a retry. A
+  BackendError says whether it is `transient` (retries or budget spent: this request failed)
+  or not (401/403/404, a malformed reply: no request will succeed).
 """
 from __future__ import annotations
 
