@@ -12,8 +12,8 @@
   the same server can share), and transient errors (5xx, timeouts, dropped connections) are
   retried with jittered exponential backoff (`max_retries`); a 429 is waited out (a numeric
   Retry-After, else backoff) within `rate_limit_wait` seconds and never counts as a retry. A
-  BackendError says whether it is `transient` (retries or budget spent: this request failed)
-  or not (401/403/404, a malformed reply: no request will succeed).
+  BackendError says whether it is `transient` (retries or budget spent, a malformed reply: this
+  request failed) or not (401/403/404 and other refusals: no request will succeed).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import time
 
 
 class BackendError(RuntimeError):
-    """`transient`: the server was reachable and might answer later (retries or the rate-limit
-    budget ran out); False when it refused the request as such (401, 403, 404, a bad reply)."""
+    """`transient`: this request failed but others may succeed (retries or the rate-limit budget
+    ran out, a malformed reply); False when the server refused it as such (401, 403, 404, ...)."""
 
     def __init__(self, msg: str, transient: bool = False):
         super().__init__(msg)
