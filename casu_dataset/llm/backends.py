@@ -127,7 +127,10 @@ class OpenAIBackend:
                     continue
                 if code not in (408, 409, 429) and code < 500:
                     self._count("failed")
-                    raise BackendError(f"{self.base_url}: HTTP {code}: {body}") from None
+                    # 401/403/404: the key or the model is refused, no request will succeed; another
+                    # 4xx (a clip too long for the model, say) is this request's failure
+                    raise BackendError(f"{self.base_url}: HTTP {code}: {body}",
+                                       transient=code not in (401, 403, 404)) from None
                 last = f"HTTP {code}: {body}"
                 wait = _retry_after(err.response.headers.get("Retry-After"))
                 if code == 429:  # a rate limit is waited out (within the budget), not counted as a failure
