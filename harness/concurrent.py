@@ -39,41 +39,43 @@ def process_concurrently(todo, group, adapter, data, cache, batch_size, state, o
     width = int(adapter.concurrency)
     pending: dict = {}
     i = 0
-    with ThreadPoolExecutor(max_workers=width, thread_name_prefix="casu-req") as pool:
-        try:
-            while i < len(todo) or pending:
-                while i < len(todo) and len(pending) < width:  # keep `width` batches in flight
-                    batch = [todo[i]]
-                    while (len(batch) < batch_size and i + len(batch) < len(todo)
-                           and group(todo[i + len(batch)]) == group(batch[0])):
-                        batch.append(todo[i + len(batch)])
-                    i += len(batch)
-                    units, reqs = [], []
-                    for u in batch:
-                        try:
-                            reqs.append(Request(prompt=u.prompt, audio=_prepare_audio(u, data, adapter, state),
-                                                options=u.options, system=u.system, id=u.sample.id,
-                                                task=u.task.task, kind="answer" if u.task.output_type ==
-                                                "multiple_choice" else "describe"))
-                            units.append(u)
-                        except Exception as err:  # noqa: BLE001 - bad audio in one sample
-                            out[u.key] = {"error": f"{type(err).__name__}: {err}"}
-                            bar.update(1)
-                    if units:
-                        pending[pool.submit(call, units, reqs)] = units
-                if not pending:
-                    continue
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for f in done:
-                    units = pending.pop(f)
-                    results = f.result()  # an AdapterError stops the run here
-                    for u, res in zip(units, results):
-                        out[u.key] = res
-                        if cache is not None and "error" not in res:
-                            cache.put(u.key, json.dumps(res))
-                    bar.update(len(units))
-                    failures.add(results, adapter)
-        except BaseException:
-            for f in pending:  # answers already received stay cached; the rest are not sent
-                f.cancel()
-            raise
+    pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="casu-req")
+    finished = False
+    try:
+        while i < len(todo) or pending:
+            while i < len(todo) and len(pending) < width:  # keep `width` batches in flight
+                batch = [todo[i]]
+                while (len(batch) < batch_size and i + len(batch) < len(todo)
+                       and group(todo[i + len(batch)]) == group(batch[0])):
+                    batch.append(todo[i + len(batch)])
+                i += len(batch)
+                units, reqs = [], []
+                for u in batch:
+                    try:
+                        reqs.append(Request(prompt=u.prompt, audio=_prepare_audio(u, data, adapter, state),
+                                            options=u.options, system=u.system, id=u.sample.id,
+                                            task=u.task.task, kind="answer" if u.task.output_type ==
+                                            "multiple_choice" else "describe"))
+                        units.append(u)
+                    except Exception as err:  # noqa: BLE001 - bad audio in one sample
+                        out[u.key] = {"error": f"{type(err).__name__}: {err}"}
+                        bar.update(1)
+                if units:
+                    pending[pool.submit(call, units, reqs)] = units
+            if not pending:
+                continue
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for f in done:
+                units = pending.pop(f)
+                results = f.result()  # an AdapterError stops the run here
+                for u, res in zip(units, results):
+                    out[u.key] = res
+                    if cache is not None and "error" not in res:
+                        cache.put(u.key, json.dumps(res))
+                bar.update(len(units))
+                failures.add(results, adapter)
+        finished = True
+    finally:
+        # on an error or Ctrl+C: answers already received stay cached, queued batches are
+        # dropped and the requests in flight are not waited for
+        pool.shutdown(wait=finished, cancel_futures=True)

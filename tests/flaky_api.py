@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class FlakyAPI:
     def __init__(self, latency=(0.02, 0.12), p429=0.15, p500=0.10, pdrop=0.03, retry_after: str | None = "1",
-                 always_fail: str | None = None):
+                 always_fail: str | None = None, fail_code: str = "500"):
         self.latency, self.p429, self.p500, self.pdrop = latency, p429, p500, pdrop
-        self.retry_after, self.always_fail = retry_after, always_fail
+        self.retry_after, self.always_fail, self.fail_code = retry_after, always_fail, fail_code
         self.lock = threading.Lock()
         self.in_flight = self.max_in_flight = 0
         self.status = Counter()
@@ -32,7 +32,7 @@ class FlakyAPI:
         lo, hi = self.latency
         lat = lo + (hi - lo) * ((h * 7919) % 1.0)
         if self.always_fail and self.always_fail in prompt:
-            return "500", lat
+            return self.fail_code, lat
         for name, p in (("429", self.p429), ("500", self.p500), ("drop", self.pdrop)):
             if h < p:
                 return name, lat

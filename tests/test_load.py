@@ -91,3 +91,13 @@ def test_a_run_stops_when_most_requests_fail(ds, tmp_path):
     with api as url:
         rc, out, _ = run(ds, tmp_path / "res", url, 4, retries=0)
     assert rc == 3 and "requests failed (over 25%)" in out and "rerun resumes" in out, out[-2000:]
+
+
+def test_a_request_the_server_refuses_as_such_is_one_failed_sample(ds, tmp_path):
+    """A 400 for one request (a clip too long for the model, say) fails that sample at once (no
+    retries), and the other requests are answered."""
+    api = FlakyAPI(p429=0, p500=0, pdrop=0, always_fail="load 3?", fail_code="400")
+    with api as url:
+        rc, out, _ = run(ds, tmp_path / "res", url, 8)
+    assert rc == 4 and "load_scene3/q0" in out and "HTTP 400" in out, out[-2000:]
+    assert len(api.answered) == N - 1 and api.attempts[next(p for p in api.attempts if "load 3?" in p)] == 1
