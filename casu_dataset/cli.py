@@ -378,6 +378,13 @@ def cmd_build(args) -> int:
         return 2
     from .preflight import fill_problems, rejected_summary
     rej = rejected_summary(builder.retriever.catalog)
+    kinds = {c.kind for c in builder.retriever.catalog.clips}
+    if not {"background", "event"} <= kinds:  # nothing to retrieve a bed or an event from
+        _error(f"--catalog {', '.join(args.catalog or ['embedded'])}: no usable "
+               f"{' or '.join(sorted({'background', 'event'} - kinds))} clips "
+               f"({len(builder.retriever.catalog)} loaded, {rej['rejected']} rejected: "
+               + "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:3]) + ")")
+        return 2
     if rej["rejected"]:
         print(f"catalog {builder.retriever.catalog.name}: {rej['rejected']} clip(s) or row(s) rejected, never used "
               "(listed in the card and build_report.json): " + "; ".join(
