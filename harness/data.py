@@ -25,9 +25,9 @@ import numpy as np
 
 from casu_dataset.audio_io import decode_bytes
 from casu_dataset.contract import LETTERS, AnnotationError, SceneAnnotation
+from casu_dataset.table_schema import column_problems, id_problems, schema_difference
 
 from .conditions import Condition, render
-from casu_dataset.table_schema import column_problems, id_problems, schema_difference
 
 
 class DatasetError(ValueError):
@@ -115,7 +115,7 @@ class Table:
     rows: list[dict]
     columns: list[str]
     digest: str  # sha256 over the file names and the exact bytes parsed
-    schema: object = None  # the pyarrow schema (checked by harness.schema before anything runs)
+    schema: object = None  # the pyarrow schema (checked by casu_dataset.table_schema before anything runs)
 
 
 def read_local(root: Path, config: str, split: str) -> Table:
