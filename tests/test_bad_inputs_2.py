@@ -415,10 +415,16 @@ def apply_family_edit(c: Ctx, new_opts: list[str], question: str | None = None) 
     res = apply_review(rows, log.review())
     keys = {r["answer"]: r["options"][ord(r["answer"]) - 65] for r in rows[ROLE]}
     if res["refused"]:
+        from casu_dataset.card import _edits_text
         unchanged = all(r["options"] == OPTS for r in rows[ROLE])
-        return Outcome(2 if unchanged else 0, f"refused: {res['refused']} (rows unchanged: {unchanged})")
-    listed = len(res["edits"]) == 1 and res["edits"][0]["options"]
-    return Outcome(0 if listed else 1, f"applied, keys now {keys}; edits listed: {res['edits']}")
+        shown = "- refused: family_question" in _edits_text(res["edits"], res["refused"])
+        return Outcome(2 if unchanged and shown else 0, f"refused: {res['refused']} (rows unchanged: {unchanged}, "
+                                                        f"on the card: {shown})")
+    from casu_dataset.card import _edits_text
+    card = _edits_text(res["edits"], res["refused"])  # the card lists the edit, old -> new
+    listed = len(res["edits"]) == 1 and all(f"option {chr(65 + i)} {a!r} -> {b!r}" in card
+                                            for i, a, b in res["edits"][0]["options"])
+    return Outcome(0 if listed else 1, f"applied, keys now {keys}; edits listed: {card}")
 
 
 def killed_run_logs(c: Ctx) -> Outcome:
