@@ -101,3 +101,37 @@ def test_a_request_the_server_refuses_as_such_is_one_failed_sample(ds, tmp_path)
         rc, out, _ = run(ds, tmp_path / "res", url, 8)
     assert rc == 4 and "load_scene3/q0" in out and "HTTP 400" in out, out[-2000:]
     assert len(api.answered) == N - 1 and api.attempts[next(p for p in api.attempts if "load 3?" in p)] == 1
+
+
+def test_a_killed_concurrent_run_resumes_without_repeating_cached_requests(ds, tmp_path):
+    """SIGKILL a run with 4 requests in flight: every answer that reached the cache is reused by
+    the rerun; only the requests in flight at the kill are asked again (at most `concurrency`)."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    api = FlakyAPI(p429=0, p500=0, pdrop=0, latency=(0.05, 0.1))
+    out = tmp_path / "res"
+    with api as url:
+        argv = [sys.executable, "-m", "harness", "--model", "openai-audio", "--model_args",
+                f"model=m,base_url={url},concurrency=4", "--tasks", "role_inference", "--dataset", str(ds),
+                "--output_path", str(out), "--no_probe", "--quiet"]
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        env.pop("OPENAI_API_KEY", None)
+        p = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while sum(api.answered.values()) < 12 and time.time() < deadline and p.poll() is None:
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+        cached = sqlite3.connect(out / "cache.sqlite").execute("select count(*) from responses").fetchone()[0]
+        assert 0 < cached < N, cached
+        before = sum(api.attempts.values())
+        rc, text, _ = run(ds, out, url, 4)
+        asked_again = sum(api.attempts.values()) - before
+    assert rc == 0, text[-2000:]
+    assert asked_again == N - cached  # nothing cached was asked again
+    twice = sum(1 for v in api.answered.values() if v > 1)
+    assert len(api.answered) == N and twice <= 4, (twice, dict(api.answered))  # only the in-flight ones
