@@ -25,7 +25,7 @@ import numpy as np
 
 from casu_dataset.audio_io import decode_bytes
 from casu_dataset.contract import LETTERS, AnnotationError, SceneAnnotation
-from casu_dataset.table_schema import column_problems, id_problems, schema_difference
+from casu_dataset.table_schema import AUDIO, column_problems, id_problems, kind_of, schema_difference
 
 from .conditions import Condition, render
 
@@ -270,6 +270,43 @@ class CasuData:
                                    f"{len(s.options)} option(s)")
             out.append(s)
         return out
+
+    def check_scenes(self, samples: list[Sample]) -> None:
+        """The `scenes` config the layer conditions render from: stems of the audio type, an
+        annotation string, unique scene ids, and a row for every sample's scene (else each
+        sample would fail alone, deep in rendering, with a TypeError or KeyError)."""
+        t = self.table("scenes", "test")
+        where = f"--dataset {self.source}: config 'scenes'"
+        need = ["scene_id", "background", "speech", "events", "annotation"]
+        missing = [c for c in need if c not in t.columns]
+        if missing:
+            raise DatasetError(f"{where} has no column(s) {missing}, which --conditions other than the full "
+                               "mixture render from")
+        bad = column_problems(t.schema, need) if t.schema is not None else []
+        for name in ("background", "speech", "events"):
+            if t.schema is not None and name in t.schema.names:
+                got = kind_of(t.schema.field(name).type)
+                if got != AUDIO:
+                    bad.append(f"column {name!r} is {got}, not {AUDIO}")
+        if bad:  # the rows below are only read once the types are right
+            raise DatasetError(f"{where}: " + "; ".join(bad))
+        bad += id_problems([{"id": r.get("scene_id")} for r in t.rows])
+        for i, r in enumerate(t.rows):
+            empty = [c for c in ("background", "speech", "events") if not (r.get(c) or {}).get("bytes")]
+            if empty:
+                bad.append(f"row {i} ({r.get('scene_id')!r}): stem(s) {empty} have no bytes")
+                break
+            try:  # the conditions read the turn and event spans from it
+                SceneAnnotation.parse(r.get("annotation"), f"row {i} ({r.get('scene_id')!r}): annotation")
+            except AnnotationError as err:
+                bad.append(str(err))
+                break
+        have = {r.get("scene_id") for r in t.rows}
+        lost = sorted({s.scene_id for s in samples} - have)
+        if lost:
+            bad.append(f"no row for scene(s) {lost[:5]}{' ...' if len(lost) > 5 else ''} that questions use")
+        if bad:
+            raise DatasetError(f"{where}: " + "; ".join(bad))
 
     @functools.cached_property
     def _scenes(self) -> dict[str, dict]:

@@ -168,6 +168,8 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
     parts = {(t.dataset_config, t.split) for t in tasks}
     if any(not c.is_full for c in opts.conditions):
         parts.add(("scenes", "test"))
+        if adapter.uses_audio:  # the stems are checked before any inference, not per sample
+            data.check_scenes([s for t in tasks for s in data.samples(t.dataset_config, t.split)])
     ds_fp = data.fingerprint(sorted(parts))
     base_key = [adapter.fingerprint, ds_fp, opts.seed]
     probe_task = next((t for t in tasks if t.output_type == "multiple_choice"), None)

@@ -449,6 +449,37 @@ def load_case(c: Ctx, d: Path) -> Outcome:
     return expect_error(lambda: load(d, ROLE), LoadError)
 
 
+def scenes_case(c: Ctx, kind: str) -> Outcome:
+    """The stems the layer conditions render from, checked before inference (CasuData.check_scenes)."""
+    from casu_dataset.audio_io import encode_flac
+    from harness.data import CasuData, DatasetError
+    d = tiny_dataset(c.tmp / "sc", 2, "sc")
+    from casu_dataset.contract import ANNOTATION_FORMAT, SUPPORTED_ANNOTATION_VERSIONS
+    flac = {"bytes": encode_flac(np.zeros(1600, np.float32)), "path": "x.flac"}
+
+    def ann(sid):
+        return json.dumps({"format": ANNOTATION_FORMAT, "version": max(SUPPORTED_ANNOTATION_VERSIONS),
+                           "scene_id": sid, "sample_rate": 16000, "num_samples": 1600,
+                           "plan": {"turns": [], "events": []}, "script": {"events": []}})
+    rows = [{"scene_id": f"sc_scene{i}", "background": flac, "speech": flac, "events": flac,
+             "annotation": ann(f"sc_scene{i}")} for i in range(2)]
+    if kind == "null-stem":
+        rows[1]["speech"] = None
+    elif kind == "missing-scene":
+        rows = rows[:1]
+    elif kind == "duplicate-scene":
+        rows = [rows[0], dict(rows[0])]
+    elif kind == "bad-annotation":
+        rows[1]["annotation"] = "{}"
+    f = d / "scenes" / "test-00000-of-00001.parquet"
+    if kind == "stems-as-text":
+        pq.write_table(pa.Table.from_pylist([dict(r, speech="s.flac") for r in rows]), f)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), f)
+    data = CasuData(d)
+    return expect_error(lambda: data.check_scenes(data.samples(ROLE)), DatasetError)
+
+
 def options_null_element(t):
     opts = [["w", None, "y", "z"]] + [["w", "x", "y", "z"]] * (len(t) - 1)
     return t.set_column(t.column_names.index("options"), "options", pa.array(opts, pa.list_(pa.string())))
@@ -503,6 +534,13 @@ CASES = [
      (E, 2, "has no rows")),
     ("limit-run-duplicate-ids", lambda c: run_on(c, table_edit(c, "ld", setcol("id", lambda t: ["s"] * len(t))),
                                                   "--limit", "1"), (E, 2, "given twice")),
+    # -- the stems the layer conditions (--conditions all) render from
+    ("scenes-null-stem", lambda c: scenes_case(c, "null-stem"), (E, 2, "'scenes'", "sc_scene1", "speech")),
+    ("scenes-missing-scene", lambda c: scenes_case(c, "missing-scene"), (E, 2, "'scenes'", "sc_scene1")),
+    ("scenes-duplicate-scene", lambda c: scenes_case(c, "duplicate-scene"), (E, 2, "'scenes'", "given twice")),
+    ("scenes-bad-annotation", lambda c: scenes_case(c, "bad-annotation"), (E, 2, "'scenes'", "sc_scene1",
+                                                                            "annotation")),
+    ("scenes-stems-as-text", lambda c: scenes_case(c, "stems-as-text"), (E, 2, "'scenes'", "speech", "string")),
     # -- casu_dataset.load reads the same folders with the same checks
     ("load-options-one-string", lambda c: load_case(c, table_edit(c, "lo", setcol(
         "options", lambda t: ["wxyz"] * len(t)))), (E, 2, "options", "list of strings")),
@@ -594,7 +632,7 @@ CASES = [
     ("killed-run-sample-log-set-aside", killed_run_logs, (OK,)),
 ]
 
-# Verdicts of these 93 cases before this issue, measured as the module docstring says. 12 cases
+# Verdicts of these 98 cases before this issue, measured as the module docstring says. 12 cases
 # call an API this issue added (option_moves, apply_review's `edits`, `catalog_rejected`), so on
 # the old tree they stopped in the helper; they are counted by what the old code did with the
 # input: the swap and moved-option edits were accepted and applied, the rewording listed
@@ -602,8 +640,11 @@ CASES = [
 # Origin http://localhost, http://10.1.2.3:PORT, https://... and localhost:PORT under a
 # 127.0.0.1 Host were accepted (SILENT x4), and an accepted decision on a question whose scene
 # row is missing crashed the server thread (TRACEBACK; also under a port-less Host and Origin).
+# The 5 `scenes-*` cases call CasuData.check_scenes (new): their datasets were run through the
+# old harness with --conditions all and a plugin adapter that takes audio; each ended exit 4
+# with per-sample TypeErrors or "scene ... annotation" errors (UNNAMED x5).
 # The other 81 were classified by this file's own rules on the old tree (2026-12-01).
-BEFORE = {"TRACEBACK": 22, "SILENT": 43, "UNNAMED": 13, "named": 14, "handled": 1}
+BEFORE = {"TRACEBACK": 22, "SILENT": 43, "UNNAMED": 18, "named": 14, "handled": 1}
 VERDICTS: dict[str, str] = {}
 
 
