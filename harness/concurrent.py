@@ -36,14 +36,16 @@ def process_concurrently(todo, group, adapter, data, cache, batch_size, state, o
                     res.append({"error": f"{type(err).__name__}: {err}"})
             return res
 
-    width = int(adapter.concurrency)
+    # Batches queued at once: twice the limit when the adapter enforces it itself, so the
+    # semaphore stays busy while some requests sleep out a rate limit; else exactly the limit.
+    width = int(adapter.concurrency) * (2 if getattr(adapter, "limits_in_flight", False) else 1)
     pending: dict = {}
     i = 0
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="casu-req")
     finished = False
     try:
         while i < len(todo) or pending:
-            while i < len(todo) and len(pending) < width:  # keep `width` batches in flight
+            while i < len(todo) and len(pending) < width:  # keep `width` batches going
                 batch = [todo[i]]
                 while (len(batch) < batch_size and i + len(batch) < len(todo)
                        and group(todo[i + len(batch)]) == group(batch[0])):

@@ -91,6 +91,9 @@ class Adapter:
     # Requests the harness keeps in flight at once (API adapters: their `concurrency` argument),
     # whatever --batch_size is; 1 for in-process models, which run one batch at a time.
     concurrency = 1
+    # True when the adapter itself holds in-flight requests to `concurrency` (a semaphore): the
+    # harness may then queue more, so a request sleeping out a 429 does not leave a slot idle.
+    limits_in_flight = False
 
     def __init__(self, **model_args):
         self.model_args = dict(model_args)

@@ -41,6 +41,7 @@ class OpenAIAudio(Adapter):
     max_audio_seconds = 600.0
     chat_template_use = "always"
     chat_template_how = "is a chat API: the server applies its chat template (no named templates from here)"
+    limits_in_flight = True  # OpenAIBackend's semaphore: at most `concurrency` requests on the wire
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 4, timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0,
