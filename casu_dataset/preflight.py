@@ -37,7 +37,8 @@ def fill_problems(scenes: list, retriever, check_retrieval: bool) -> list[str]:
             if not want or not types[kind]:
                 continue
             if want not in types[kind]:
-                out.append(f"{_where(sc, layer)}: type {want!r} is not {'an' if kind == 'event' else 'a'} {kind} type of catalog {cat.name}"
+                article = "an" if kind == "event" else "a"
+                out.append(f"{_where(sc, layer)}: type {want!r} is not {article} {kind} type of catalog {cat.name}"
                            + _rejected_note(rejected, want))
                 continue
             if not check_retrieval:

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
