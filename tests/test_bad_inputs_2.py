@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from test_bad_inputs import (E, OK, SKIP, Ctx, Outcome, _classify, call, casu, expect_error, harness,  # noqa: F401
+from test_bad_inputs import (E, OK, Ctx, Outcome, _classify, casu, expect_error, harness,
                              write_task)
 from test_harness_integrity import tiny_dataset
 
