@@ -36,6 +36,7 @@ from .contract import DESCRIPTION_TASK, FAMILY_FIELDS, SCENES_CONFIG, dataset_co
 from .executor import (_POOL_STATE, _pool_build, _pool_init, _prebuild_parallel, build_unit,  # noqa: F401
                        build_units, prebuild)
 from .hub import plan_push, push  # noqa: F401
+from .preflight import merge_rejected, rejected_summary
 from .scene_cache import (BUILD_CACHE_VERSION, RENDER_SOURCES, build_cache_dir, build_scene,  # noqa: F401
                           clean_scene_cache, code_hash, scene_key)
 
@@ -158,6 +159,7 @@ def build_settings(builder, seed: int, command: str, name: str = DEFAULT_NAME) -
     return {"name": name, "command": command, "seed": int(seed), "alpha": r.alpha,
             "embedding_model": r.embedder.model_name,
             "catalog": r.catalog.name, "catalog_fingerprint": r.catalog.fingerprint(),
+            "catalog_rejected": rejected_summary(r.catalog),  # counted in the card and here, never dropped silently
             "background_lufs": builder.mix_config.background_lufs, "speech_check": builder.checker is not None,
             "casu_version": __version__, "dataset_version": DATASET_VERSION}
 
@@ -483,10 +485,15 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
         if not p.is_file():
             raise FileNotFoundError(f"{d}: not a CASU build folder (no build_report.json)")
         reports.append(json.loads(p.read_text()))
-    settings = reports[0]["settings"]
+    settings = dict(reports[0]["settings"])
+
+    def same(st):  # clips rejected on first use differ by shard: they are joined, not compared
+        return {k: v for k, v in st.items() if k != "catalog_rejected"}
     for d, r in zip(shards, reports):
-        if r["settings"] != settings:
+        if same(r["settings"]) != same(settings):
             raise ValueError(f"{d}: built with different settings than {shards[0]}; shards cannot be merged")
+    if any("catalog_rejected" in r["settings"] for r in reports):
+        settings["catalog_rejected"] = merge_rejected([r["settings"].get("catalog_rejected") for r in reports])
     files = {c: [sorted((Path(d) / c).glob("*.parquet")) for d in shards] for c in dataset_configs()}
     # Pass 1 (no audio): the rows the card is made from. Stable by scene: a scene's rows are all
     # in one shard and keep their order.

@@ -148,6 +148,7 @@ def eval_yaml(rows: dict, settings: dict) -> str:
 
 def dataset_card(rows: dict, report, settings: dict) -> str:
     """`report`: the build.BuildReport (skipped scenes, review counts)."""
+    from .preflight import rejected_text
     import datasets
     import pyarrow
     import soundfile
@@ -174,7 +175,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
               f"(newest decision kept); {len(rv.get('refused', []))} decisions refused (they would break a family); "
               f"{rv['bad_lines']} unreadable lines in the decisions file"
               + (f"; {len(rv['unknown'])} decisions on items not in this build (not counted)" if rv.get("unknown")
-                 else "") + ".")
+                 else "") + "." + _edits_text(rv.get("edits") or [], rv.get("refused") or []))
     lic_text = (f"All sound clips are under {lic['license']}." if lic["license"] != "other" else
                 f"The sound clips keep their own licenses ({len(set(str(c.get('license')) for c in clips.values()))} "
                 "different ones); [ATTRIBUTION.md](ATTRIBUTION.md) lists each clip's source, author and license.")
@@ -184,7 +185,9 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         description_text=", and reference descriptions for scene description" if rows[DESCRIPTION_TASK] else "",
         pair_text=pair_text, dataset_version=settings.get("dataset_version", DATASET_VERSION), families=families,
         example_config=next((c for c in mcq_configs() if rows[c]), "scenes"), counts=counts,
-        n_skipped=len(report.skipped), skipped=skipped, review=review, realization=realization_text(report), intelligibility=mix_intelligibility_summary(rows),
+        n_skipped=len(report.skipped), skipped=skipped,
+        rejected=rejected_text(settings.get("catalog_rejected")), review=review, realization=realization_text(report),
+        intelligibility=mix_intelligibility_summary(rows),
         command=settings["command"] or "python -m casu_dataset build", seed=settings["seed"], alpha=settings["alpha"],
         embedding_model=settings["embedding_model"], catalog=settings["catalog"],
         catalog_fingerprint=settings["catalog_fingerprint"],
@@ -221,6 +224,22 @@ def realization_text(report) -> str:
             f"run). {r['reproduced']} of {r['scenes']} scenes reproduced the reference bytes; {r['drifted']} "
             f"drifted (largest stem loudness difference {r['max_stem_lufs_diff']:.4f} LU; TTS output conformed by "
             f"at most {r['max_turn_samples_conformed']} samples). " + SAME_DATA)
+
+
+def _edits_text(edits: list[dict], refused: list[str]) -> str:
+    """Every applied edit with what it changed, and every refused decision with why."""
+    from .contract import DATASET_LETTERS
+    lines = []
+    for e in edits:
+        parts = []
+        if "question" in e:
+            parts.append(f"question {e['question'][0]!r} -> {e['question'][1]!r}")
+        parts += [f"option {DATASET_LETTERS[i]} {a!r} -> {b!r}" for i, a, b in e.get("options", [])]
+        if "answer" in e:
+            parts.append(f"key {e['answer'][0]} -> {e['answer'][1]}")
+        lines.append(f"- edited {e['item']}: " + ("; ".join(parts) or "no change"))
+    lines += [f"- refused: {r}" for r in refused]
+    return ("\n\nEdits and refusals:\n\n" + "\n".join(lines)) if lines else ""
 
 
 def _family_review_text(applied: dict) -> str:

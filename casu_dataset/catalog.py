@@ -115,7 +115,8 @@ class Catalog:
         checks.save()
         self.verdicts[clip.id] = reason
         if reason:
-            self.rejected.append({"clip_id": clip.id, "path": clip.path, "reason": reason})
+            self.rejected.append({"clip_id": clip.id, "path": clip.path, "reason": reason, "kind": clip.kind,
+                                  "type": clip.type})
             self.report.skip(f"{self.name}: clip {clip.id}", reason)
         elif "duration" in m:
             self.measured_duration[clip.id] = m["duration"]
@@ -148,8 +149,10 @@ class Catalog:
         path = Path(path)
         try:
             data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise CatalogError(f"{path}: cannot read catalog manifest: {err}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("clips", []), list):
+            raise CatalogError(f"{path}: a catalog manifest is a JSON object with a 'clips' list")
         root = path.parent
         report, clips, seen = LoadReport(), [], set()
         for i, row in enumerate(data.get("clips", [])):
@@ -189,6 +192,7 @@ class Catalog:
         """Clotho: `file_name,caption_1..caption_5`; beds (15-30 s scenes). The optional
         metadata CSV gives `keywords` (';'-separated) and `license` per file."""
         captions_csv, audio_dir = Path(captions_csv), Path(audio_dir)
+        _need_dir(audio_dir, captions_csv)
         meta = {}
         if metadata_csv:
             for _, row in _rows(Path(metadata_csv), ["file_name"]):
@@ -232,6 +236,7 @@ class Catalog:
     @classmethod
     def _from_labels(cls, labels_csv, audio_dir, name, column, on_error, validate, cache_dir) -> "Catalog":
         labels_csv, audio_dir = Path(labels_csv), Path(audio_dir)
+        _need_dir(audio_dir, labels_csv)
         report, clips = LoadReport(), []
         seen: dict[str, str] = {}
         for where, row in _rows(labels_csv, ["fname", column]):
@@ -316,7 +321,7 @@ def _validated(cls, name: str, clips: list[CatalogClip], report: LoadReport, val
     for c in clips:
         reason, m = checks.reason(c.path, c.kind)
         if reason:
-            rejected.append({"clip_id": c.id, "path": c.path, "reason": reason})
+            rejected.append({"clip_id": c.id, "path": c.path, "reason": reason, "kind": c.kind, "type": c.type})
             report.skip(f"{name}: clip {c.id}", reason)
             continue
         c.duration, c.sample_rate = m["duration"], m["sample_rate"]
@@ -324,6 +329,12 @@ def _validated(cls, name: str, clips: list[CatalogClip], report: LoadReport, val
     checks.save()
     report.loaded = len(good)
     return cls(name, good, report, rejected)
+
+
+def _need_dir(audio_dir: Path, csv: Path) -> None:
+    """A missing audio folder would skip every row one by one and load an empty catalog."""
+    if not audio_dir.is_dir():
+        raise CatalogError(f"{csv}: its audio folder {audio_dir} is not a folder")
 
 
 def _handle(on_error: str, report: LoadReport, where: str, reason: str) -> None:

@@ -23,6 +23,8 @@ EXIT_CODES = """exit codes:
   1  the work failed: a build or merge failed, a composed scene was skipped,
      regenerate --check found a different mixture, validity found a violation
   2  bad input: a flag, a file or a folder (the message names which and why)
+  3  generate: the LLM server refused the requests (401, 403, 404) or kept failing; replies
+     already received stay cached, so re-running resumes
   5  push: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload
      (token, permissions); one line says which. Re-running resumes: files already committed are skipped"""
 
@@ -31,6 +33,42 @@ def _error(msg) -> None:
     """One error line on stderr, with any API key or token in it redacted."""
     from .redact import redact
     print(f"error: {redact(msg)}", file=sys.stderr)
+
+
+def check_out(path, flag: str = "--out") -> str | None:
+    """Why an output folder cannot be written (None when it can): under a regular file, on a
+    read-only or virtual filesystem (/proc), a symlink loop. Checked by making the folder and a
+    probe file in it, then removing whatever the probe made, so a refused build leaves nothing."""
+    import tempfile
+    p = Path(path).expanduser()
+    try:
+        p.resolve(strict=False)
+    except (RuntimeError, OSError) as err:  # "Symlink loop" (RuntimeError before Python 3.13)
+        return f"{flag} {path}: cannot resolve the path ({err})"
+    if p.exists() and not p.is_dir():
+        return f"{flag} {path}: is a file, not a folder"
+    made = []
+    try:
+        for a in [*reversed(p.parents), p]:
+            if not a.exists():
+                if a.is_symlink():
+                    return f"{flag} {path}: {a} is a dangling or looping symlink"
+                a.mkdir()
+                made.append(a)
+            elif not a.is_dir():
+                return f"{flag} {path}: {a} is a file, not a folder"
+        fd, probe = tempfile.mkstemp(dir=p, prefix=".casu-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return f"{flag} {path}: cannot write there ({err.strerror or err})"
+    finally:
+        for a in reversed(made):
+            try:
+                a.rmdir()
+            except OSError:
+                pass
+    return None
 
 
 def _int_in(lo: int, hi: int | None = None):
@@ -91,6 +129,10 @@ def cmd_compose(args) -> int:
         scripts = _scripts(args.scripts)
     except ScriptError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    why = check_out(args.out)
+    if why:
+        _error(why)
         return 2
     builder = _builder(args)
     out = Path(args.out)
@@ -307,8 +349,9 @@ def cmd_build(args) -> int:
         _error(f"--shard-index {args.shard_index}: must be in 0..{args.num_shards - 1} for --num-shards "
                f"{args.num_shards}")
         return 2
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        _error(f"--out {args.out}: is a file, not a folder")
+    why = check_out(args.out)
+    if why:
+        _error(why)
         return 2
     if args.executor != "ray" and (args.ray_address or args.ray_num_gpus is not None):
         _error("--ray-address/--ray-num-gpus: need --executor ray")
@@ -336,7 +379,30 @@ def cmd_build(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     args.check_speech = not args.no_check_speech
-    builder = _builder(args)
+    from .catalog import CatalogError
+    try:
+        builder = _builder(args)
+    except (CatalogError, OSError) as err:  # a missing manifest or audio folder, truncated JSON, a bad spec
+        _error(f"--catalog: {err}")
+        return 2
+    from .preflight import fill_problems, rejected_summary
+    rej = rejected_summary(builder.retriever.catalog)
+    kinds = {c.kind for c in builder.retriever.catalog.clips}
+    if not {"background", "event"} <= kinds:  # nothing to retrieve a bed or an event from
+        _error(f"--catalog {', '.join(args.catalog or ['embedded'])}: no usable "
+               f"{' or '.join(sorted({'background', 'event'} - kinds))} clips "
+               f"({len(builder.retriever.catalog)} loaded, {rej['rejected']} rejected: "
+               + "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:3]) + ")")
+        return 2
+    if rej["rejected"]:
+        print(f"catalog {builder.retriever.catalog.name}: {rej['rejected']} clip(s) or row(s) rejected, never used "
+              "(listed in the card and build_report.json): " + "; ".join(
+                  f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]), file=sys.stderr)
+    problems = fill_problems(scenes, builder.retriever, check_retrieval=is_family_library(lib))
+    if problems:  # retrieval never falls back silently to a clip of another type
+        _error(f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
+               + "\n  ".join(problems[:20]))
+        return 1
     command = "python -m casu_dataset " + " ".join(sys.argv[1:]) if args.record_command else "python -m casu_dataset build"
     from .build import build_settings
     from .lock import LockError, load_for, lock_path
@@ -420,6 +486,10 @@ def cmd_compare(args) -> int:
 
 def cmd_merge(args) -> int:
     from .build import BuildError, merge_folders
+    why = check_out(args.out)
+    if why:
+        _error(why)
+        return 2
     for d in args.shards:  # each shard's report names its own problem (merge_folders reads them unchecked)
         f = Path(d) / "build_report.json"
         if not f.is_file():
@@ -679,7 +749,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=None, help="folder of the LLM response cache (resume after a kill)")
     p.set_defaults(fn=cmd_generate)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    from .redact import guard_logging
+    guard_logging()
+    return _run(args)
+
+
+def _run(args) -> int:
+    """The command, with the errors of whole classes of bad input mapped to one named line each:
+    a file that is not what it claims (a catalog, a scenario or script file) is exit 2, an LLM
+    server that refuses or keeps failing is exit 3; never a traceback, never a key fragment."""
+    from .catalog import CatalogError
+    from .llm.backends import BackendError
+    from .scenarios.library import LibraryError
+    from .script import ScriptError
+    try:
+        return args.fn(args)
+    except (CatalogError, LibraryError, ScriptError) as err:
+        _error(err)
+        return 2
+    except BackendError as err:
+        _error(f"{args.cmd}: the LLM server refused the requests or kept failing (replies received stay "
+               f"cached; rerun to resume): {err}")
+        return 3
 
 
 if __name__ == "__main__":

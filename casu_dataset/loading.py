@@ -89,6 +89,11 @@ def _item(row: dict, task: str) -> Item:
     kw = {k: row[k] for k in _FIELDS if row.get(k) is not None}
     kw.setdefault("task", task)
     kw["options"] = list(kw.get("options") or [])
+    if "options" in row and not (all(isinstance(o, str) and o.strip() for o in kw["options"]) and kw["options"]
+                                 and isinstance(row.get("answer"), str)
+                                 and row["answer"] in tuple(LETTERS[: len(kw["options"])])):
+        raise LoadError(f"row {row.get('id')!r}: options {kw['options']!r} and answer {row.get('answer')!r} are not "
+                        "non-empty option texts with one of their letters as the key")
     return Item(audio_bytes=blob, extra={k: v for k, v in row.items() if k not in _FIELDS and k != "audio"}, **kw)
 
 
@@ -111,7 +116,11 @@ def _card_globs(root: Path, config: str, split: str) -> list[str] | None:
     """The data-file globs the card's YAML header gives `config`/`split` (None: not in the card)."""
     import yaml
     card = root / "README.md"
-    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", card.read_text(errors="replace"), re.S) if card.is_file() else None
+    try:  # strict: a card in another encoding would read as a header without its configs
+        text = card.read_bytes().decode("utf-8") if card.is_file() else ""
+    except UnicodeDecodeError as err:
+        raise LoadError(f"{card}: the dataset card is not UTF-8 (byte {err.start}: {err.reason})") from None
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
     try:
         head = (yaml.safe_load(m.group(1)) if m else None) or {}
     except yaml.YAMLError as err:
@@ -135,20 +144,35 @@ def _local_rows(root: Path, config: str, split: str) -> list[dict]:
     if globs is None:
         dirs = mcq_configs() if config == ALL_CONFIG else (config,)
         globs = [f"{d}/{split}-*.parquet" for d in dirs]
+    for g in globs:  # a config's files never come from outside the dataset folder
+        if not isinstance(g, str) or os.path.isabs(g) or ".." in re.split(r"[\\/]", g):
+            raise LoadError(f"{root}: README.md: config {config!r} data file {g!r} points outside the dataset folder")
     files = sorted({p for g in globs for p in root.glob(g) if p.is_file()})
+    for p in files:
+        if not p.resolve().is_relative_to(root.resolve()):
+            raise LoadError(f"{root}: {p.relative_to(root)} resolves outside the dataset folder ({p.resolve()})")
     if not files:
         have = sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.parquet")))
         raise ConfigNotFound(f"{root}: no parquet files for config {config!r} split {split!r} "
                              f"(configs here: {', '.join(have) or 'none'})")
+    import pyarrow as pa
+
     from .build_manifest import MixedFolderError, verify
+    from .table_schema import column_problems
     try:
         verify(root)  # a folder holding files of two builds is refused, naming the file
     except MixedFolderError as err:
-        raise ConfigNotFound(str(err)) from None
+        raise LoadError(str(err)) from None
     rows = []
     for f in files:
-        # One thread: Arrow's pool threads can abort the interpreter at exit here.
-        rows.extend(pq.read_table(str(f), use_threads=False).to_pylist())
+        try:  # One thread: Arrow's pool threads can abort the interpreter at exit here.
+            t = pq.read_table(str(f), use_threads=False)
+        except (pa.ArrowException, OSError) as err:
+            raise LoadError(f"{root}: {f.relative_to(root)}: not a readable parquet file ({err})") from None
+        bad = column_problems(t.schema, ["id", "scene_id", "audio"])
+        if bad:
+            raise LoadError(f"{root}: {f.relative_to(root)}: " + "; ".join(bad))
+        rows.extend(t.to_pylist())
     return rows
 
 
@@ -175,4 +199,8 @@ def load(path_or_repo: str | Path, task: str = ALL_CONFIG, split: str = "test") 
         rows = _local_rows(Path(path_or_repo).expanduser(), config, split)
     else:
         rows = _hub_rows(str(path_or_repo), config, split)
+    from .table_schema import id_problems
+    bad = id_problems(rows)
+    if bad:
+        raise LoadError(f"{path_or_repo}: config {config!r}: " + "; ".join(bad))
     return [_item(r, task) for r in rows]

@@ -214,6 +214,8 @@ def load_script(path: str | Path) -> SceneScript:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ScriptError(f"{path}: cannot read scene script: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ScriptError(f"{path}: scene script is not UTF-8 text (byte {err.start}: {err.reason})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:

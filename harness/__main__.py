@@ -10,8 +10,11 @@ EXIT_CODES = """exit codes:
   0  success
   2  bad input: a flag, a --model_args value, a task YAML, the dataset, --cache or --output_path
      (the message names which and why); checked before any model loads
-  3  the model cannot be loaded or run (unknown --model, missing weights, arguments the adapter refuses)
-  4  the run finished but some samples failed (listed in the results; the first is printed)
+  3  the model cannot be loaded or run (unknown --model, missing weights, arguments the adapter refuses,
+     an API that refuses the key or model), or more than 25% of at least 20 requests failed (the
+     answers received are cached: rerun to resume)
+  4  the run finished but some samples failed (listed in the results; the first is printed); they are
+     not cached, so the same command again retries only them
   5  push / pr-eval-results, or a run with --hf_hub_log_args push_results_to_hub=true: the Hub could not
      be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload (token, permissions, missing
      repo); one line says which (after a run: the results stay on disk, and the line gives the
@@ -55,6 +58,8 @@ def _set_verbosity(level: str) -> None:
     logging.getLogger().setLevel(level)
     for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
         logging.getLogger(name).setLevel(level)
+    from casu_dataset.redact import guard_logging
+    guard_logging()  # never the HTTP clients' raw headers and bodies, at any verbosity
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -253,7 +258,7 @@ def cmd_validate(argv: list[str]) -> int:
         for cfg in cfgs.values():
             try:
                 if data is not None:
-                    data.check(cfg)
+                    data.check_all([cfg])  # also: a config with no rows
                     data.samples(cfg.dataset_config, cfg.split)  # every row parses (answers, audio)
                 print(f"ok  {cfg.task}")
             except DatasetError as err:
@@ -372,6 +377,8 @@ def cmd_table(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from casu_dataset.redact import guard_logging
+    guard_logging()  # push and pr-eval-results talk to the Hub with a token too
     cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run, "table": cmd_table,
             "pr-eval-results": cmd_pr_eval_results}
     if argv and argv[0] in cmds:

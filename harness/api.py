@@ -107,8 +107,7 @@ def _open_data(dataset: str, tasks, seed: int):
                          f"--out {dataset}`, or give a Hub repo id ORG/NAME)")
     data = CasuData(dataset, seed=seed)
     try:  # the data each task reads is checked before any model loads
-        for t in tasks:
-            data.check(t)
+        data.check_all(tasks)
     except DatasetError:
         raise
     except (ConnectionError, OSError) as err:  # a Hub id that cannot be fetched

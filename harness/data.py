@@ -25,6 +25,7 @@ import numpy as np
 
 from casu_dataset.audio_io import decode_bytes
 from casu_dataset.contract import LETTERS, AnnotationError, SceneAnnotation
+from casu_dataset.table_schema import AUDIO, column_problems, id_problems, kind_of, schema_difference
 
 from .conditions import Condition, render
 
@@ -44,7 +45,14 @@ def _card_configs(root: Path) -> dict[str, dict[str, list[str]]]:
     card = root / "README.md"
     if not card.is_file():
         return {}
-    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", card.read_text(errors="replace"), re.S)
+    try:  # strict: a card in another encoding would read as a header without the configs it declares
+        text = card.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"--dataset {root}: README.md: the dataset card is not UTF-8 (byte {err.start}: "
+                           f"{err.reason}); save it as UTF-8") from None
+    except OSError as err:
+        raise DatasetError(f"--dataset {root}: README.md: cannot read the dataset card ({err.strerror or err})") from None
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
     try:
         head = yaml.safe_load(m.group(1)) if m else None
     except yaml.YAMLError as err:
@@ -69,6 +77,10 @@ def local_files(root: Path, config: str, split: str) -> list[Path]:
     """The parquet files of one config and split, sorted; a clear error when there are none."""
     if not root.is_dir():
         raise DatasetError(f"--dataset {root}: no such folder")
+    for what, name in (("config", config), ("split", split)):
+        if not _plain_name(name):  # `..` or `a/b` would read parquet files outside the config's folder
+            raise DatasetError(f"--dataset {root}: {what} {name!r} is not a plain folder name (no '/', '\\', "
+                               "leading '.'): a config can never leave the dataset folder")
     card = _card_configs(root)
     if config in card:
         globs = card[config].get(split)
@@ -77,7 +89,16 @@ def local_files(root: Path, config: str, split: str) -> list[Path]:
                                f"(splits: {', '.join(sorted(card[config]))})")
     else:
         globs = [f"{config}/{split}-*.parquet", f"{config}/{split}.parquet"]
+    for g in globs:
+        if not isinstance(g, str) or os.path.isabs(g) or ".." in re.split(r"[\\/]", g):
+            raise DatasetError(f"--dataset {root}: README.md: config {config!r} data file {g!r} points outside the "
+                               "dataset folder (paths are relative, without '..')")
+    inside = root.resolve()
     files = sorted({p for g in globs for p in root.glob(g) if p.is_file() and fnmatch.fnmatch(p.name, "*.parquet")})
+    for p in files:  # a link in the folder may still point elsewhere
+        if not p.resolve().is_relative_to(inside):
+            raise DatasetError(f"--dataset {root}: {p.relative_to(root)} resolves to {p.resolve()}, outside the "
+                               "dataset folder: a config can never read files from elsewhere")
     if not files:
         known = sorted(set(card) | {p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.parquet"))})
         raise DatasetError(f"--dataset {root}: no parquet files for config {config!r} split {split!r} "
@@ -85,11 +106,16 @@ def local_files(root: Path, config: str, split: str) -> list[Path]:
     return files
 
 
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", name))
+
+
 @dataclass
 class Table:
     rows: list[dict]
     columns: list[str]
     digest: str  # sha256 over the file names and the exact bytes parsed
+    schema: object = None  # the pyarrow schema (checked by casu_dataset.table_schema before anything runs)
 
 
 def read_local(root: Path, config: str, split: str) -> Table:
@@ -108,22 +134,24 @@ def read_local(root: Path, config: str, split: str) -> Table:
         try:
             # One thread: the files are small, and Arrow's pool threads can abort the
             # interpreter at exit ("terminate called without an active exception").
-            tables.append(pq.read_table(pa.BufferReader(blob), use_threads=False))
+            t = pq.read_table(pa.BufferReader(blob), use_threads=False)
         except (pa.ArrowException, OSError) as err:
             raise DatasetError(f"--dataset {root}: {f.relative_to(root)}: not a readable parquet file "
                                f"({err})") from None
+        if tables:  # shards of one config must agree exactly: promoting would fill the gaps with nulls
+            diff = schema_difference(tables[0][1].schema, t.schema)
+            if diff:
+                raise DatasetError(f"--dataset {root}: config {config!r}: {f.relative_to(root)} has another schema "
+                                   f"than {tables[0][0].relative_to(root)} ({diff})")
+        tables.append((f, t))
     try:
         # Every file read must be the one its build wrote, and no file of another build may sit
         # beside them (casu_build.json): a folder mixing two builds is refused, naming the file.
         verify(root, read)
     except MixedFolderError as err:
         raise DatasetError(f"--dataset {root}: {err}") from None
-    try:
-        table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    except pa.ArrowException as err:
-        raise DatasetError(f"--dataset {root}: config {config!r}: its parquet files disagree on columns "
-                           f"({err})") from None
-    return Table(table.to_pylist(), list(table.column_names), h.hexdigest())
+    table = pa.concat_tables([t for _, t in tables]) if len(tables) > 1 else tables[0][1]
+    return Table(table.to_pylist(), list(table.column_names), h.hexdigest(), table.schema)
 
 
 def read_hub(repo: str, config: str, split: str) -> Table:
@@ -135,7 +163,7 @@ def read_hub(repo: str, config: str, split: str) -> Table:
     for col, feat in ds.features.items():
         if isinstance(feat, datasets.Audio):
             ds = ds.cast_column(col, datasets.Audio(decode=False))
-    return Table(list(ds), list(ds.column_names), ds._fingerprint)
+    return Table(list(ds), list(ds.column_names), ds._fingerprint, getattr(ds.data, "schema", None))
 
 
 # Columns a task reads from its config (beyond these, missing text columns read as empty).
@@ -171,6 +199,7 @@ class CasuData:
         self.source = str(source)
         self.seed = seed
         self._audio_cache: OrderedDict = OrderedDict()
+        self._warned: set = set()
         self.decode_seconds = 0.0
 
     @functools.lru_cache(maxsize=None)
@@ -184,10 +213,33 @@ class CasuData:
         """Fail before any model runs if the task's config lacks a column the task reads."""
         t = self.table(task.dataset_config, task.split)
         need = REQUIRED[task.output_type] + [c for m, c in METRIC_COLUMNS.items() if m in task.metrics]
+        where = f"--dataset {self.source}: config {task.dataset_config!r} split {task.split!r}"
         missing = [c for c in need if c not in t.columns]
         if missing:
-            raise DatasetError(f"--dataset {self.source}: config {task.dataset_config!r} has no column(s) {missing}, "
-                               f"which task {task.task!r} ({task.output_type}) needs")
+            raise DatasetError(f"{where} has no column(s) {missing}, which task {task.task!r} ({task.output_type}) needs")
+        bad = column_problems(t.schema, need) if t.schema is not None else []
+        bad += id_problems(t.rows)
+        if bad:
+            raise DatasetError(f"{where}: " + "; ".join(bad))
+        self.samples(task.dataset_config, task.split)  # every row parses before any model runs
+
+    def check_all(self, tasks) -> None:
+        """Every task's config checked; "evaluated 0 requests" with exit 0 is a wrong result, so a
+        run whose configs are all empty is refused, and an empty one among others is named."""
+        import sys
+        for t in tasks:
+            self.check(t)
+        empty = [t for t in tasks if not self.table(t.dataset_config, t.split).rows]
+        if empty and len(empty) == len(tasks):
+            raise DatasetError(f"--dataset {self.source}: " + "; ".join(
+                f"config {t.dataset_config!r} split {t.split!r} has no rows" for t in empty)
+                + f": task(s) {', '.join(t.task for t in empty)} would evaluate nothing")
+        for t in empty:
+            if (t.dataset_config, t.split) in self._warned:
+                continue
+            self._warned.add((t.dataset_config, t.split))
+            print(f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no rows: "
+                  f"task {t.task!r} scores nothing (reported with n = 0)", file=sys.stderr)
 
     @functools.lru_cache(maxsize=None)
     def samples(self, config: str, split: str = "test") -> list[Sample]:
@@ -206,16 +258,65 @@ class CasuData:
                     turns=list(row.get("turns") or []), family_id=row.get("family_id") or "",
                     variant=row.get("variant") or "", family_shape=row.get("family_shape") or "",
                     slot_kind=row.get("slot_kind") or "")
-            except (KeyError, TypeError) as err:
+            except KeyError as err:
                 raise DatasetError(f"{where}: missing field {err}") from None
+            except TypeError:  # a null struct or list where a value belongs
+                nulls = [c for c in ("id", "scene_id", "audio") if row.get(c) is None]
+                raise DatasetError(f"{where}: field(s) {nulls or 'of a wrong type'} are null") from None
+            if not isinstance(s.scene_id, str) or not s.scene_id.strip():
+                raise DatasetError(f"{where} ({s.id}): field 'scene_id' is {s.scene_id!r}: every row names its scene")
             if not isinstance(s.audio, bytes) or not s.audio:
-                raise DatasetError(f"{where} ({s.id}): empty audio")
+                raise DatasetError(f"{where} ({s.id}): field 'audio' has no bytes")
+            if "options" in t.columns:  # a multiple-choice row: every field the prompt and the score use
+                if not isinstance(row.get("question"), str) or not row["question"].strip():
+                    raise DatasetError(f"{where} ({s.id}): field 'question' is {row.get('question')!r}: empty")
+                if any(not isinstance(o, str) or not o.strip() for o in s.options):
+                    raise DatasetError(f"{where} ({s.id}): field 'options' has a null or empty option: {s.options!r}")
+                if not isinstance(row.get("answer"), str):
+                    raise DatasetError(f"{where} ({s.id}): field 'answer' is {row.get('answer')!r}, not a letter")
             if "options" in t.columns and not (0 < len(s.options) <= len(LETTERS)
                                                and s.answer in tuple(LETTERS[: len(s.options)])):  # not "AB"
                 raise DatasetError(f"{where} ({s.id}): answer {s.answer!r} is not one of the letters of its "
                                    f"{len(s.options)} option(s)")
             out.append(s)
         return out
+
+    def check_scenes(self, samples: list[Sample]) -> None:
+        """The `scenes` config the layer conditions render from: stems of the audio type, an
+        annotation string, unique scene ids, and a row for every sample's scene (else each
+        sample would fail alone, deep in rendering, with a TypeError or KeyError)."""
+        t = self.table("scenes", "test")
+        where = f"--dataset {self.source}: config 'scenes'"
+        need = ["scene_id", "background", "speech", "events", "annotation"]
+        missing = [c for c in need if c not in t.columns]
+        if missing:
+            raise DatasetError(f"{where} has no column(s) {missing}, which --conditions other than the full "
+                               "mixture render from")
+        bad = column_problems(t.schema, need) if t.schema is not None else []
+        for name in ("background", "speech", "events"):
+            if t.schema is not None and name in t.schema.names:
+                got = kind_of(t.schema.field(name).type)
+                if got != AUDIO:
+                    bad.append(f"column {name!r} is {got}, not {AUDIO}")
+        if bad:  # the rows below are only read once the types are right
+            raise DatasetError(f"{where}: " + "; ".join(bad))
+        bad += id_problems([{"id": r.get("scene_id")} for r in t.rows])
+        for i, r in enumerate(t.rows):
+            empty = [c for c in ("background", "speech", "events") if not (r.get(c) or {}).get("bytes")]
+            if empty:
+                bad.append(f"row {i} ({r.get('scene_id')!r}): stem(s) {empty} have no bytes")
+                break
+            try:  # the conditions read the turn and event spans from it
+                SceneAnnotation.parse(r.get("annotation"), f"row {i} ({r.get('scene_id')!r}): annotation")
+            except AnnotationError as err:
+                bad.append(str(err))
+                break
+        have = {r.get("scene_id") for r in t.rows}
+        lost = sorted({s.scene_id for s in samples} - have)
+        if lost:
+            bad.append(f"no row for scene(s) {lost[:5]}{' ...' if len(lost) > 5 else ''} that questions use")
+        if bad:
+            raise DatasetError(f"{where}: " + "; ".join(bad))
 
     @functools.cached_property
     def _scenes(self) -> dict[str, dict]:

@@ -163,12 +163,13 @@ def _text_breakdown(recs, key):
 def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None) -> dict:
     t0 = time.perf_counter()
     state = RunState()
-    for t in tasks:
-        data.check(t)
+    data.check_all(tasks)
     # The fingerprint hashes the very bytes the samples (and stems) below are parsed from.
     parts = {(t.dataset_config, t.split) for t in tasks}
     if any(not c.is_full for c in opts.conditions):
         parts.add(("scenes", "test"))
+        if adapter.uses_audio:  # the stems are checked before any inference, not per sample
+            data.check_scenes([s for t in tasks for s in data.samples(t.dataset_config, t.split)])
     ds_fp = data.fingerprint(sorted(parts))
     base_key = [adapter.fingerprint, ds_fp, opts.seed]
     probe_task = next((t for t in tasks if t.output_type == "multiple_choice"), None)

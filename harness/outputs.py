@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -89,3 +90,52 @@ def complete_runs(output_path: str | Path) -> tuple[list[tuple[Path, dict, list[
         else:
             runs.append((f, doc, logs))
     return runs, skipped
+
+
+INCOMPLETE_DIR = "incomplete"
+_STAMPED = re.compile(r"^(?:samples_.+|results|lm_eval|accuracy_by_task|ablation_heatmap)_"
+                      r"(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:_\d+)?)\.(?:jsonl|json|md|png)$")
+WRITER_MARK = ".writing-"  # `.writing-<stamp>-<host>-<pid>`: a run is writing that stamp's files
+
+
+def set_aside_orphans(model_dir: Path) -> list[Path]:
+    """Move the files of runs that never finished (no complete results JSON for their stamp,
+    no live writer) into `incomplete/`: a killed run's complete `samples_*.jsonl` beside the
+    rerun's made anything that globs the folder see its rows twice. Moved, not deleted."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return []
+    host = socket.gethostname()
+    live = set()
+    for m in model_dir.glob(f"{WRITER_MARK}*"):
+        stamp, h, pid = m.name[len(WRITER_MARK):].rsplit("-", 2)
+        if h == host and pid.isdigit() and atomic.pid_alive(int(pid)):
+            live.add(stamp)
+        elif h == host:
+            m.unlink(missing_ok=True)  # its writer is gone
+    done = {f.name[len("results_"):-len(".json")] for f in model_dir.glob("results_*.json")
+            if check_run(f)[0] is not None}
+    moved = []
+    for f in sorted(model_dir.iterdir()):
+        m = _STAMPED.match(f.name)
+        if not m or not f.is_file() or m.group(1) in done or m.group(1) in live:
+            continue
+        dest = model_dir / INCOMPLETE_DIR / f.name
+        dest.parent.mkdir(exist_ok=True)
+        os.replace(f, dest)
+        moved.append(dest)
+    return moved
+
+
+class writing:
+    """Marks `stamp` as being written by this process (so a concurrent run leaves its files be)."""
+
+    def __init__(self, model_dir: Path, stamp: str):
+        self.mark = Path(model_dir) / f"{WRITER_MARK}{stamp}-{socket.gethostname()}-{os.getpid()}"
+
+    def __enter__(self):
+        self.mark.touch()
+        return self
+
+    def __exit__(self, *exc):
+        self.mark.unlink(missing_ok=True)

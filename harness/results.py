@@ -312,7 +312,7 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
     Each file goes to a temp name and is renamed into place; the results JSON comes last and
     records the sample logs' SHA-256, so it marks the run complete (see outputs.check_run)."""
-    from .outputs import atomic_open, atomic_write, file_record
+    from .outputs import set_aside_orphans, writing
     d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
     stamp = base = doc["date"].replace(":", "-").replace("+00-00", "")
@@ -320,6 +320,13 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
     while (d / f"results_{stamp}.json").exists() or (d / f"results_{stamp}.md").exists():  # two runs in a second
         n += 1
         stamp = f"{base}_{n}"  # sorts after the first: "_" > "."
+    set_aside_orphans(d)  # a killed run's sample logs would sit beside these (rows seen twice)
+    with writing(d, stamp):
+        return _write_stamped(doc, samples, d, stamp)
+
+
+def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
+    from .outputs import atomic_open, atomic_write, file_record
     logs = {}
     for task, recs in (samples or {}).items():
         p = d / f"samples_{task}_{stamp}.jsonl"

@@ -158,6 +158,29 @@ def interleave(units: list[Unit], group, batch_size: int) -> list[Unit]:
     return [u for _, _, part in sorted(chunks, key=lambda c: (c[0], c[1])) for u in part]
 
 
+# A run stops (AdapterError, exit 3) when more than this share of its requests failed, once at
+# least FAILURE_MIN_REQUESTS have finished: below it a failed request is a failed sample
+# (counted, reported, not cached, so the next run retries it) and the run goes on.
+FAILURE_RATE_LIMIT = 0.25
+FAILURE_MIN_REQUESTS = 20
+
+
+class RunFailures:
+    """Counts finished and failed requests; raises once the failure rate passes the limit."""
+
+    def __init__(self):
+        self.done = self.failed = 0
+
+    def add(self, results: list[dict], adapter: Adapter) -> None:
+        self.done += len(results)
+        self.failed += sum("error" in r for r in results)
+        if self.done >= FAILURE_MIN_REQUESTS and self.failed > FAILURE_RATE_LIMIT * self.done:
+            last = next((r["error"] for r in reversed(results) if "error" in r), "")
+            raise AdapterError(f"--model {adapter.name}: {self.failed} of {self.done} requests failed "
+                               f"(over {FAILURE_RATE_LIMIT:.0%}), so the run stops; the answers received are "
+                               f"cached and a rerun resumes from them. Last error: {last}")
+
+
 def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_size: int, state: RunState,
             progress: bool = True, shrink_on_oom: bool = False) -> dict[str, dict]:
     """key -> {"response"|"scores"} or {"error"}; cached outputs are reused, new ones cached at once."""
@@ -177,6 +200,12 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
         return u.mode, tuple(sorted(settings_for(u.task).to_dict().items()))
     todo = interleave(todo, group, batch_size)
     bar = tqdm(total=len(todo), desc=f"{adapter.name}", disable=not progress or not todo, file=sys.stderr)
+    failures = RunFailures()
+    if getattr(adapter, "concurrency", 1) > 1:  # an API: requests in flight, whatever the batch size
+        from .concurrent import process_concurrently
+        process_concurrently(todo, group, adapter, data, cache, batch_size, state, out, bar, failures)
+        bar.close()
+        return out
     i = 0
     while i < len(todo):
         # the next batch: up to batch_size neighbouring units of one group
@@ -220,6 +249,7 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
                 out[u.key] = res
                 if cache is not None and "error" not in res:
                     cache.put(u.key, json.dumps(res))
+            failures.add(results, adapter)
         bar.update(len(batch))
         i += len(batch)
     bar.close()

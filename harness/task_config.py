@@ -46,8 +46,9 @@ class TaskConfig(BaseModel):
     version: int = Field(ge=0)
     description: str = ""
     tags: list[str] = []
-    dataset_config: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    split: str = Field("test", pattern=r"^[A-Za-z0-9_.-]+$")
+    # One folder name inside the dataset: no leading dot, so `..` (or `.`) cannot reach outside it.
+    dataset_config: str = Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+    split: str = Field("test", pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
     output_type: Literal["multiple_choice", "generate_until"]
     prompt_template: str
     answer_format: Literal["letter", "free_text"]

@@ -73,6 +73,7 @@ class Adapter:
       supports_loglikelihood / prefers_loglikelihood   option scoring instead of parsing text
       chat_template_use / chat_template_how   whether and how prompts go through a chat template
                           (`--apply_chat_template`; see `set_chat_template`)
+      concurrency         requests in flight at once (> 1: batches are sent from a thread pool)
 
     `Request.system` (`--system_instruction`) is the conversation's system turn where the
     adapter has one; it replaces the adapter's own default system prompt.
@@ -87,6 +88,12 @@ class Adapter:
     chat_template_use: ClassVar[ChatTemplateUse] = "never"
     chat_template_how = "renders no chat template"  # one line, recorded with the results
     chat_template_name: str | None = None  # a named template chosen with --apply_chat_template NAME
+    # Requests the harness keeps in flight at once (API adapters: their `concurrency` argument),
+    # whatever --batch_size is; 1 for in-process models, which run one batch at a time.
+    concurrency = 1
+    # True when the adapter itself holds in-flight requests to `concurrency` (a semaphore): the
+    # harness may then queue more, so a request sleeping out a 429 does not leave a slot idle.
+    limits_in_flight = False
 
     def __init__(self, **model_args):
         self.model_args = dict(model_args)
@@ -181,7 +188,8 @@ def _auto(v: str):
 # Ranges of numeric arguments, by name, whichever adapter takes them: (lowest, lowest allowed itself?).
 ARG_RANGES = {"seed": (0, True), "concurrency": (1, True), "max_retries": (0, True), "timeout": (0, False),
               "backoff": (0, True), "max_new_tokens": (1, True), "num_beams": (1, True), "temperature": (0, True),
-              "top_p": (0, False), "batch_size": (1, True), "delay": (0, True)}
+              "top_p": (0, False), "batch_size": (1, True), "delay": (0, True),
+              "rate_limit_wait": (0, True)}
 _KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
 

@@ -1,9 +1,13 @@
 """An OpenAI-compatible chat endpoint that takes audio as `input_audio` content.
 
 GPT-4o audio models, and any vLLM server serving an audio LM (the fast path for big
-models: `vllm serve Qwen/Qwen2-Audio-7B-Instruct`). Requests run concurrently up to
-`concurrency`; transient errors (408/409/429/5xx, timeouts) are retried with exponential
-backoff and jitter. The key comes from the environment (`api_key_env`, default
+models: `vllm serve Qwen/Qwen2-Audio-7B-Instruct`). The harness keeps `concurrency` requests
+in flight whatever --batch_size is; transient errors (408/409/5xx, timeouts, dropped
+connections) are retried with exponential backoff and jitter (`max_retries`), a 429 is waited
+out (its Retry-After, else backoff) within `rate_limit_wait` seconds per request without
+counting as a retry, and a request that still fails is a failed sample (reported, retried by
+the next run), not the end of the run. 401/403/404 stop the run: no request can succeed.
+The key comes from the environment (`api_key_env`, default
 OPENAI_API_KEY) and is sent only in the Authorization header. The HTTP client is the `openai` SDK
 (through casu_dataset.llm.backends.OpenAIBackend).
 """
@@ -26,16 +30,22 @@ def wav16_b64(audio: np.ndarray, sr: int) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+class RequestFailed(RuntimeError):
+    """One request failed after its retries (not an AdapterError: the harness records the
+    sample as failed, does not cache it, and goes on)."""
+
+
 class OpenAIAudio(Adapter):
     """OpenAI-compatible chat API with `input_audio` (GPT-4o audio, vLLM audio servers)."""
     name = "openai-audio"
     max_audio_seconds = 600.0
     chat_template_use = "always"
     chat_template_how = "is a chat API: the server applies its chat template (no named templates from here)"
+    limits_in_flight = True  # OpenAIBackend's semaphore: at most `concurrency` requests on the wire
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 4, timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0,
-                 system_prompt: str | None = None):
+                 system_prompt: str | None = None, rate_limit_wait: float = 300.0):
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env)
         from casu_dataset.llm.backends import BackendError, OpenAIBackend
         if concurrency < 1:
@@ -43,7 +53,8 @@ class OpenAIAudio(Adapter):
         try:
             self.api = OpenAIBackend(base_url or os.environ.get("OPENAI_BASE_URL"), model,
                                      api_key=os.environ.get(api_key_env, ""), timeout=timeout,
-                                     max_retries=max_retries, backoff=backoff, concurrency=int(concurrency))
+                                     max_retries=max_retries, backoff=backoff, concurrency=int(concurrency),
+                                     rate_limit_wait=float(rate_limit_wait))
         except BackendError as err:
             raise AdapterError(f"--model openai-audio: {err} (--model_args model=NAME)") from None
         self.concurrency = int(concurrency)
@@ -64,7 +75,9 @@ class OpenAIAudio(Adapter):
             return self.api.complete(self.messages(req), max_tokens=settings.max_new_tokens,
                                      temperature=settings.temperature if settings.do_sample else 0.0)
         except BackendError as err:
-            raise AdapterError(f"openai-audio: {err}") from None
+            if err.transient:  # this request failed; the server works: a failed sample, the run goes on
+                raise RequestFailed(f"openai-audio: {err}") from None
+            raise AdapterError(f"openai-audio: {err}") from None  # a refused key or model stops the run
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests) or 1)) as pool:

@@ -54,11 +54,11 @@ def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path
     pq.write_table(t.set_column(t.schema.get_field_index("annotation"), "annotation", col),
                    next((ds / "scenes").glob("*.parquet")))
     # A masked condition reads the annotation through the contract's reader: a format it does not
-    # know fails each such sample with a named error (recorded; the run goes on).
+    # know is a named error before any inference (issue 24: was one recorded error per sample).
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # an adapter that hears the audio
-    res = simple_evaluate(model="plugin_adapters:AudioHashAdapter", tasks="role_inference", dataset=str(ds),
-                          conditions="P__", limit=1, probe=False)
-    assert res.errors and all("version 99 is not supported" in e["error"] for e in res.errors)
+    with pytest.raises(DatasetError, match="config 'scenes': row 0 .*annotation: version 99 is not supported"):
+        simple_evaluate(model="plugin_adapters:AudioHashAdapter", tasks="role_inference", dataset=str(ds),
+                        conditions="P__", limit=1, probe=False)
     assert issubclass(DatasetError, ValueError)
 
 

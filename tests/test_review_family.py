@@ -250,6 +250,11 @@ def test_family_api_over_http(served_v2):
     code, res = _post(url, {"kind": "family_question", "item": q["item"], "action": "edit",
                             "edit": {"options": [q["options"][0], *OPTS[1:]], "question": q["options"][0] + "?"}})
     assert code == 400 and "appears in the question" in res["error"]
+    # swapping two options' texts would swap two variants' keys: refused by name (issue 24)
+    o = q["options"]
+    code, res = _post(url, {"kind": "family_question", "item": q["item"], "action": "edit",
+                            "edit": {"options": [o[1], o[0], *o[2:]]}})
+    assert code == 400 and "edit.options[0] (A)" in res["error"] and "original option B" in res["error"]
     fam = _get(url + "api/family/fx_go_or_stay")
     assert fam["questions"][0]["question"] == "What does the manager decide?"
     assert fam["questions"][0]["status"] == "edit" and fam["variants"][3]["status"] == "reject"

@@ -9,8 +9,11 @@
   requested with `response_format: json_schema`; a server that rejects it is asked again
   without it, and the caller validates the reply either way. Callers may call `complete` from
   several threads: at most `concurrency` requests are in flight (a semaphore that backends on
-  the same server can share), and transient errors (429, 5xx, timeouts) are retried with
-  jittered exponential backoff, honouring a numeric Retry-After.
+  the same server can share), and transient errors (5xx, timeouts, dropped connections) are
+  retried with jittered exponential backoff (`max_retries`); a 429 is waited out (a numeric
+  Retry-After, else backoff) within `rate_limit_wait` seconds and never counts as a retry. A
+  BackendError says whether it is `transient` (retries or budget spent, a malformed reply: this
+  request failed) or not (401/403/404 and other refusals: no request will succeed).
 """
 from __future__ import annotations
 
@@ -21,7 +24,15 @@ import time
 
 
 class BackendError(RuntimeError):
-    pass
+    """`transient`: this request failed but others may succeed (retries or the rate-limit budget
+    ran out, a malformed reply); False when the server refused it as such (401, 403, 404, ...)."""
+
+    def __init__(self, msg: str, transient: bool = False):
+        super().__init__(msg)
+        self.transient = transient
+
+
+RATE_LIMIT_WAIT = 300.0  # seconds one request may spend waiting out 429s before it fails
 
 
 class LocalBackend:
@@ -41,7 +52,7 @@ class LocalBackend:
 class OpenAIBackend:
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
                  timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 1,
-                 slots: threading.Semaphore | None = None):
+                 slots: threading.Semaphore | None = None, rate_limit_wait: float = RATE_LIMIT_WAIT):
         self.base_url = (base_url or os.environ.get("CASU_LLM_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         self.model = model or os.environ.get("CASU_LLM_MODEL")
         if not self.model:
@@ -51,6 +62,11 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff = backoff
         self.json_schema_ok = True
+        self.rate_limit_wait = rate_limit_wait
+        # what the requests met, for reports and load tests: retries (5xx, timeouts, dropped
+        # connections), rate-limit waits (429: not counted against max_retries), failures
+        self.stats = {"requests": 0, "retries": 0, "rate_limited": 0, "rate_limit_seconds": 0.0, "failed": 0}
+        self._stats_lock = threading.Lock()
         if concurrency < 1:
             raise BackendError(f"openai backend: concurrency must be >= 1, got {concurrency}")
         self.slots = slots or threading.BoundedSemaphore(concurrency)
@@ -72,6 +88,10 @@ class OpenAIBackend:
         with self._client_lock:
             if self._client is None:
                 import openai
+
+                from ..redact import guard_logging, register_secret
+                register_secret(self._key)
+                guard_logging()  # the SDK's and httpx's DEBUG logs print raw headers (OPENAI_LOG=debug too)
                 # The SDK insists on a key; a keyless local server gets a placeholder that is never
                 # sent (the Authorization header is omitted).
                 self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key or "unused",
@@ -92,7 +112,9 @@ class OpenAIBackend:
             payload["response_format"] = {"type": "json_schema",
                                           "json_schema": {"name": "casu_output", "schema": schema}}
         last = None
-        for attempt in range(self.max_retries + 1):
+        attempt, waited = 0, 0.0
+        self._count("requests")
+        while True:
             wait = None
             try:
                 reply = self._post(payload)
@@ -104,9 +126,22 @@ class OpenAIBackend:
                     payload.pop("response_format")
                     continue
                 if code not in (408, 409, 429) and code < 500:
-                    raise BackendError(f"{self.base_url}: HTTP {code}: {body}") from None
+                    self._count("failed")
+                    # 401/403/404: the key or the model is refused, no request will succeed; another
+                    # 4xx (a clip too long for the model, say) is this request's failure
+                    raise BackendError(f"{self.base_url}: HTTP {code}: {body}",
+                                       transient=code not in (401, 403, 404)) from None
                 last = f"HTTP {code}: {body}"
                 wait = _retry_after(err.response.headers.get("Retry-After"))
+                if code == 429:  # a rate limit is waited out (within the budget), not counted as a failure
+                    pause = wait if wait is not None else min(30.0, self.backoff * 2 ** min(attempt, 5))
+                    if waited + pause <= self.rate_limit_wait:
+                        waited += pause
+                        self._count("rate_limited", pause)
+                        time.sleep(pause)
+                        continue
+                    last = f"HTTP 429 after waiting {waited:.0f} s of the {self.rate_limit_wait:g} s rate-limit budget"
+                    attempt = self.max_retries  # the budget is spent: give up now
             except openai.APIConnectionError as err:  # includes APITimeoutError
                 cause = err.__cause__ or err
                 last = self._redact(f"{type(err).__name__}: {cause}")
@@ -114,12 +149,23 @@ class OpenAIBackend:
                 try:
                     return reply.choices[0].message.content or ""
                 except (AttributeError, IndexError, TypeError) as err:  # no choices / message in the reply
+                    self._count("failed")
                     raise BackendError(f"{self.base_url}: malformed response ({type(err).__name__}: "
-                                       f"{self._redact(err)})") from None
-            if attempt < self.max_retries:
-                backoff = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
-                time.sleep(max(backoff, wait or 0.0))
-        raise BackendError(f"{self.base_url}: gave up after {self.max_retries + 1} attempts ({last})")
+                                       f"{self._redact(err)})", transient=True) from None
+            if attempt >= self.max_retries:
+                break
+            backoff = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+            attempt += 1
+            self._count("retries")
+            time.sleep(max(backoff, wait or 0.0))
+        self._count("failed")
+        raise BackendError(f"{self.base_url}: gave up after {attempt + 1} attempts ({last})", transient=True)
+
+    def _count(self, key: str, seconds: float = 0.0) -> None:
+        with self._stats_lock:
+            self.stats[key] += 1
+            if seconds:
+                self.stats["rate_limit_seconds"] += seconds
 
 
 def _body(err) -> str:

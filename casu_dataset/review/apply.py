@@ -8,12 +8,13 @@ changes the shared question and option texts, never a variant's key. Scenes outs
 from __future__ import annotations
 
 from ..contract import dataset_configs, mcq_configs
-from .decisions import variant_question_error
+from .decisions import option_moves, variant_question_error
 
 
 def apply_review(rows: dict[str, list[dict]], review) -> dict:
     """Leave out rejected families, scenes and questions, apply edits (in place); returns the
-    review counts plus `applied` (what changed the rows), `conflicts`, `bad_lines`, `refused`
+    review counts plus `applied` (what changed the rows), `edits` (each applied edit, old and new
+    text), `conflicts`, `bad_lines`, `refused`
     (decisions that would break a family, not applied, each with its reason) and `unknown`
     (decided items that are not in these rows: not applied, not counted)."""
     final = review.final
@@ -50,6 +51,8 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
     applied = {"questions_rejected": 0, "questions_edited": 0, "scenes_rejected": 0, "families_rejected": 0,
                "family_questions_rejected": 0, "family_questions_edited": 0}
     fq_done: dict[str, str] = {}
+    moved: dict[str, str] = {}   # family edits refused: they would move a key between variants
+    edits: dict[str, dict] = {}  # every applied edit, old and new text, for the card
     for c in CONFIGS:
         kept = []
         for r in rows.get(c, []):
@@ -65,14 +68,23 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
                     fq_done[f"{fid}/{r['task']}"] = "rejected"
                     continue
                 if d and d["action"] == "edit":
-                    r = dict(r, **d["edit"])  # question and/or options; the row's answer stays
-                    fq_done[f"{fid}/{r['task']}"] = "edited"
+                    item = f"{fid}/{r['task']}"
+                    why = option_moves(list(r["options"]), d["edit"]["options"]) if "options" in d["edit"] else None
+                    if why:  # a hand-written line the page would have refused: the key would move
+                        if item not in moved:
+                            moved[item] = f"family_question {item!r}: {why}"
+                    else:
+                        if item not in edits:
+                            edits[item] = _edit_record(item, r, d)
+                        r = dict(r, **d["edit"])  # question and/or options; the row's answer stays
+                        fq_done[item] = "edited"
             elif c in TASK_CONFIGS:
                 d = final.get(("question", r["id"]))
                 if d and d["action"] == "reject":
                     applied["questions_rejected"] += 1
                     continue
                 if d and d["action"] == "edit":
+                    edits[r["id"]] = _edit_record(r["id"], r, d)
                     r = dict(r, **d["edit"])
                     applied["questions_edited"] += 1
             kept.append(r)
@@ -81,5 +93,20 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
     applied["scenes_rejected"] += sum(1 for s in rejected_scenes if fam_of.get(s) in gone)
     for how in fq_done.values():
         applied[f"family_questions_{how}"] += 1
-    return dict(review.counts(known), applied=applied, conflicts=len(review.conflicts),
+    refused += [moved[k] for k in sorted(moved)]
+    return dict(review.counts(known), applied=applied, edits=[edits[k] for k in sorted(edits)],
+                conflicts=len(review.conflicts),
                 bad_lines=len(review.bad_lines), refused=refused, unknown=review.unknown(known))
+
+
+def _edit_record(item: str, row: dict, d: dict) -> dict:
+    """What one edit changed (old -> new), so the card can list every edit, not just count them."""
+    e = d["edit"]
+    rec = {"item": item, "reviewer": d.get("reviewer", ""), "time": d.get("time", "")}
+    if "question" in e and e["question"] != row.get("question"):
+        rec["question"] = [row.get("question"), e["question"]]
+    if "options" in e:
+        rec["options"] = [[i, a, b] for i, (a, b) in enumerate(zip(row.get("options") or [], e["options"])) if a != b]
+    if "answer" in e and e["answer"] != row.get("answer"):
+        rec["answer"] = [row.get("answer"), e["answer"]]
+    return rec

@@ -148,6 +148,36 @@ def _family_edit(e) -> dict:
     return out
 
 
+MOVE_MARGIN = 0.1  # how much closer to another original an edited option must read to count as moved
+
+
+def option_moves(old: list[str], new: list[str]) -> str | None:
+    """Why an edit of option texts moves meaning between options (None when it only rewords).
+
+    In a contrast family each option is the key of one variant, so swapping the texts of A and
+    B swaps two variants' keys while every row's answer letter stays: the key changes through
+    review with no one deciding it. An edited option must therefore still read closest to its
+    own original text (difflib similarity, lower-cased); one that reads clearly closer
+    (MOVE_MARGIN) to another option's original is refused, naming both letters."""
+    from difflib import SequenceMatcher
+    if len(old) != len(new):
+        return f"edit.options: {len(new)} options for {len(old)} (the order and count are shared by the variants)"
+
+    def sim(a: str, b: str) -> float:
+        return SequenceMatcher(None, a.lower().strip(), b.lower().strip()).ratio()
+    for i, text in enumerate(new):
+        if text.strip().lower() == old[i].strip().lower():
+            continue
+        own = sim(text, old[i])
+        j = max(range(len(old)), key=lambda k: sim(text, old[k]))
+        if j != i and sim(text, old[j]) > own + MOVE_MARGIN:
+            return (f"edit.options[{i}] ({DATASET_LETTERS[i]}) {text!r} reads as the original option "
+                    f"{DATASET_LETTERS[j]} ({old[j]!r}), not as {DATASET_LETTERS[i]} ({old[i]!r}): an edit may "
+                    f"change wording, never which variant an option is the key of (that would change keys "
+                    f"through review); reject the family question instead")
+    return None
+
+
 def check_no_option_in_question(question: str, options: list[str]) -> None:
     """The family rule the validity check enforces: no option text inside the question."""
     def norm(t: str) -> str:  # as scenarios.families normalises, so both checks agree

@@ -30,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..contract import mcq_configs, mcq_tasks
-from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, validate,
-                        variant_question_error)
+from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, option_moves,
+                        validate, variant_question_error)
 
 FAMILY_COLS = ("family_id", "variant", "family_shape", "slot_kind", "speech_version", "fill")
 STEMS = ("audio", "background", "speech", "events")
@@ -49,7 +49,7 @@ class ReviewData:
     """The built dataset (local folder), read with pyarrow: scenes, stems and questions."""
 
     def __init__(self, dataset: str | Path):
-        import pyarrow.parquet as pq
+        import pyarrow as pa
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
@@ -58,10 +58,22 @@ class ReviewData:
             verify(self.root)
         except MixedFolderError as err:
             raise ReviewError(f"--dataset {err}") from None
+        self._config = "scenes"
+        try:
+            self._read()
+        except (pa.ArrowException, OSError) as err:  # a truncated or foreign parquet file
+            raise ReviewError(f"--dataset {self.root}: {self._config}/: cannot read its parquet files ({err})") from None
+        except KeyError as err:  # a table without a column the page needs
+            raise ReviewError(f"--dataset {self.root}: {self._config}/: no column {err} (not a CASU build)") from None
+        self.log = DecisionLog(decisions_path(self.root))
+
+    def _read(self) -> None:
+        import pyarrow.parquet as pq
         self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes", use_threads=False).to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
         self.question_rows: dict[str, dict] = {}
         for c in mcq_configs():
+            self._config = c  # named in the error if this config cannot be read
             files = sorted((self.root / c).glob("*.parquet"))
             if files:
                 names = set(pq.read_schema(files[0]).names)  # v1 folders have no family columns
@@ -82,7 +94,6 @@ class ReviewData:
             fid = self.scenes.get(q["scene_id"], {}).get("family_id")
             if fid:
                 self.family_questions.setdefault(f"{fid}/{q['task']}", {})[q["scene_id"]] = q
-        self.log = DecisionLog(decisions_path(self.root))
 
     def state(self, reviewer: str) -> dict:
         rv = self.log.review()
@@ -189,7 +200,7 @@ class ReviewData:
             raise DecisionError(f"{kind} {item!r} is not in this dataset")
         if kind == "question":
             q = self.question_rows[item]
-            msg = variant_question_error(rec, self.scenes[q["scene_id"]].get("family_id"), q["task"])
+            msg = variant_question_error(rec, self.scenes.get(q["scene_id"], {}).get("family_id"), q["task"])
             if msg:
                 raise DecisionError(msg)
         if kind == "family_question" and rec["action"] == "edit":
@@ -198,6 +209,9 @@ class ReviewData:
             rec["edit"] = {"question": rec["edit"].get("question", q0["question"]),
                            "options": rec["edit"].get("options", list(q0["options"]))}
             check_no_option_in_question(rec["edit"]["question"], rec["edit"]["options"])
+            why = option_moves(list(q0["options"]), rec["edit"]["options"])
+            if why:
+                raise DecisionError(why)
         return rec
 
     @functools.lru_cache(maxsize=64)
@@ -317,10 +331,13 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
             port = self.server.server_address[1]
             origin = self.headers.get("Origin")
             if origin is not None:
-                m = re.fullmatch(r"https?://(.+)", origin.strip())
-                if not m or not host_ok(m.group(1), names, port):
-                    return HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not this review server: cross-site writes " \
-                                                 "are refused"
+                # Same origin means the same scheme, host and port as the (already checked) Host the
+                # page was served under: http://localhost (port 80) or another of this machine's
+                # addresses is another origin, even with a valid token.
+                host = (self.headers.get("Host") or "").strip().lower()
+                if origin.strip().lower() != f"http://{host}" or _split_host(host)[1] != port:
+                    return HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not this review server (http://{host}): " \
+                                                 "cross-site writes are refused"
             if (self.headers.get("Sec-Fetch-Site") or "same-origin") not in ("same-origin", "none"):
                 return HTTPStatus.FORBIDDEN, f"Sec-Fetch-Site {self.headers['Sec-Fetch-Site']!r}: cross-site " \
                                              "writes are refused"

@@ -131,6 +131,10 @@ def library_name(folder: str | Path) -> str:
 def _load_file(path: Path) -> list[Scenario]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise LibraryError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except OSError as err:
+        raise LibraryError(f"{path}: cannot read it ({err.strerror or err})") from None
     except yaml.YAMLError as err:
         raise LibraryError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(data, list):
