@@ -342,10 +342,14 @@ def cmd_pr_eval_results(argv: list[str]) -> int:
     p.add_argument("--checkpoint", default=None, help="which checkpoint when the folder holds several")
     p.add_argument("--source_url", default=None, help="where the results can be checked (e.g. the results dataset)")
     p.add_argument("--dry_run", action="store_true", help="print the YAML without opening the pull request")
+    p.add_argument("--allow_other_checkpoint", action="store_true",
+                   help="propose a run whose checkpoint is not --model_repo (the same weights under another name or "
+                        "a local copy); said in every entry's notes. Without it such a run is refused")
     a = p.parse_args(argv)
     from .push import pr_eval_results
     out, rc = _hub_call(pr_eval_results, a.output_path, a.model_repo, a.dataset_id, source_url=a.source_url,
-                        checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run)
+                        checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run,
+                        allow_other_checkpoint=a.allow_other_checkpoint)
     if rc:
         return rc
     print(out["yaml"])

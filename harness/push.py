@@ -255,12 +255,15 @@ def _metric(task: str, m: dict) -> tuple[str, float] | None:
     return None
 
 
-def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[dict]:
+def eval_results_entries(doc: dict, dataset_id: str, source_url: str, proposed_for: str | None = None) -> list[dict]:
     """One entry per task at full audio, on a 0-100 scale, with the settings in `notes` and the
-    same `evaluation_framework` as the dataset's eval.yaml."""
+    same `evaluation_framework` as the dataset's eval.yaml; `proposed_for`: the model repo a run of
+    another checkpoint is proposed for by explicit override (said in every entry's notes)."""
     from .results import checkpoint
     cfg = doc.get("config") or {}
     ck = checkpoint(doc["model"])
+    override = (f"; OVERRIDE: checkpoint {ck or '(none)'} proposed for {proposed_for} with --allow_other_checkpoint"
+                if proposed_for else "")
     out = []
     for task, conds in doc["results"].items():
         m = conds.get(FULL_CONDITION)
@@ -272,25 +275,52 @@ def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[di
                  + f"; scoring {(doc.get('scoring') or {}).get(task)}; generation "
                  f"{(doc.get('generation') or {}).get(task)}; conditions full ({FULL_CONDITION}); "
                  f"scene_hint {cfg.get('scene_hint')}; circular {cfg.get('circular')}; seed {cfg.get('seed')}; "
-                 f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}")
+                 f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}"
+                 + override)
         out.append({"dataset": {"id": dataset_id, "task_id": task}, "value": value, "date": doc["date"][:10],
                     "source": {"url": source_url, "name": "CASU harness"},
                     "evaluation_framework": EVAL_FRAMEWORK, "notes": notes})
     return out
 
 
+def same_repo(checkpoint: str | None, repo: str) -> bool:
+    """Whether a run's checkpoint (--model_args pretrained=) is the Hub repo `repo` (repo ids are
+    case-insensitive on the Hub); a local path or no checkpoint never is."""
+    return bool(checkpoint) and checkpoint.strip().strip("/").lower() == repo.lower()
+
+
 def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: str | None = None,
-                    checkpoint: str | None = None, token: str | None = None, dry_run: bool = False, api=None) -> dict:
+                    checkpoint: str | None = None, token: str | None = None, dry_run: bool = False, api=None,
+                    allow_other_checkpoint: bool = False) -> dict:
     """Open a pull request on `model_repo` adding `.eval_results/casu.yaml` for one checkpoint's
-    latest full run; returns {"yaml", "pr_url"}."""
+    latest full run (default: the run of `model_repo` itself); returns {"yaml", "pr_url"}.
+
+    A run whose checkpoint is not `model_repo` (another repo, a local folder, a baseline without
+    one) is refused unless `allow_other_checkpoint` (the same weights under another name), which
+    every entry's notes record."""
     from huggingface_hub import CommitOperationAdd
+
+    from .results import checkpoint as ck_of
     try:
         hub.check_repo_id(model_repo, "--model_repo")
         hub.check_repo_id(dataset_id, "--dataset_id")
     except hub.HubError as err:
         raise PushError(str(err)) from None
+    if checkpoint is None:  # the target repo's own run, when the folder has one
+        from .results import latest_runs, run_key
+        own = [r for r in latest_runs(output_path) if same_repo(ck_of(r[1]["model"]), model_repo)]
+        checkpoint = run_key(own[0][1]["model"]) if len(own) == 1 else None
     f, doc, _ = select_run(output_path, checkpoint)
-    entries = eval_results_entries(doc, dataset_id, source_url or f"https://huggingface.co/datasets/{dataset_id}")
+    ck = ck_of(doc["model"])
+    mismatch = not same_repo(ck, model_repo)
+    if mismatch and not allow_other_checkpoint:
+        what = f"checkpoint {ck!r}" if ck else "no checkpoint (a baseline)"
+        raise PushError(f"--model_repo {model_repo}: the run {f} evaluated --model {doc['model']['name']} with {what}, "
+                        f"not {model_repo}; its scores are not {model_repo}'s. Evaluate --model_args "
+                        f"pretrained={model_repo}, or pass --allow_other_checkpoint if these are the same weights "
+                        "(recorded in the notes)")
+    entries = eval_results_entries(doc, dataset_id, source_url or f"https://huggingface.co/datasets/{dataset_id}",
+                                   proposed_for=model_repo if mismatch else None)
     if not entries:
         raise PushError(f"{f}: no task has a full-audio result to report")
     text = yaml.safe_dump(entries, sort_keys=False)
@@ -307,4 +337,4 @@ def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: s
         except hub.HubError as err:
             raise PushError(str(err)) from None
         pr_url = getattr(info, "pr_url", None)
-    return {"yaml": text, "pr_url": pr_url, "run": str(f)}
+    return {"yaml": text, "pr_url": pr_url, "run": str(f), "override": mismatch}
