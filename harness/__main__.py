@@ -50,11 +50,8 @@ def _batch_size(text: str):
 
 
 def _set_verbosity(level: str) -> None:
-    import logging
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(level)
-    for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
-        logging.getLogger(name).setLevel(level)
+    from .api import set_verbosity
+    set_verbosity(level)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

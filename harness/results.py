@@ -76,9 +76,34 @@ def display_name(doc: dict) -> str:
     return doc["model"]["name"] + (f" ({ck})" if ck else "")
 
 
-def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None) -> dict:
-    """Everything but the per-sample logs, in the documented schema."""
+def env_info() -> dict:
+    """lm-eval's environment fields, cheaply: a short `pretty_env_info` (lm-eval runs torch's
+    collect_env, which takes seconds and lists every package) and `upper_git_hash` (None: CASU is
+    not a submodule)."""
+    import platform
+    import sys
+    torch = sys.modules.get("torch")  # never imported just for this (the baselines run without it)
+    cuda = None
+    if torch is not None:
+        try:
+            cuda = bool(torch.cuda.is_available())
+        except Exception:  # noqa: BLE001 - informational only
+            cuda = None
+    v = versions()
+    text = "\n".join([f"PyTorch version: {v.get('torch')}", f"Is CUDA available: {cuda}",
+                      f"Python version: {sys.version.split()[0]}", f"OS: {platform.platform()}",
+                      f"transformers version: {v.get('transformers')}"])
+    return {"pretty_env_info": text, "upper_git_hash": None}
+
+
+def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None,
+             run_times: dict | None = None) -> dict:
+    """Everything but the per-sample logs, in the documented schema. `run_times`: {start, end}
+    UNIX times of the evaluation (lm-eval's date, start_time, end_time)."""
+    from .lmeval_view import sample_lines, task_hash
     status = "errors" if ev["errors"] else "ok"
+    hashes = {t: task_hash(sample_lines(t, recs, (ev.get("generation") or {}).get(t)))
+              for t, recs in (ev.get("samples") or {}).items()}
     return {
         "schema_version": SCHEMA_VERSION,
         "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -98,6 +123,9 @@ def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | Non
         "errors": ev["errors"],
         "truncated_audio": ev["truncated_audio"],
         "timing": ev["timing"],
+        "run_times": run_times or {},
+        "env": env_info(),
+        "task_hashes": hashes,  # lm-eval's: per task, over its sample lines' doc, prompt and target hashes
     }
 
 
@@ -286,34 +314,46 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     return written
 
 
-def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
-    """<out>/<adapter>__<checkpoint>/results_<date>.json (+ samples_<task>_<date>.jsonl,
-    results_<date>.md, accuracy_by_task_<date>.png, ablation_heatmap_<date>.png): every file of a
-    run carries its stamp, so a run never overwrites another's report or leaves a stale plot.
+CASU_RESULTS = "casu_results_"  # CASU's own document; lm-eval's tools glob `/results_` and `/samples_`
+CASU_SAMPLES = "casu_samples_"
 
-    Each file goes to a temp name and is renamed into place; the results JSON comes last and
-    records the sample logs' SHA-256, so it marks the run complete (see outputs.check_run)."""
+
+def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
+    """<out>/<adapter>__<checkpoint>/: lm-eval's `results_<date>.json` (and, with samples, its
+    `samples_<task>_<date>.jsonl`), CASU's own `casu_results_<date>.json` (and
+    `casu_samples_<task>_<date>.jsonl`), `results_<date>.md`, `accuracy_by_task_<date>.png`,
+    `ablation_heatmap_<date>.png`: every file of a run carries its stamp, so a run never
+    overwrites another's report or leaves a stale plot.
+
+    Each file goes to a temp name and is renamed into place; CASU's JSON comes last and records
+    every sample log's SHA-256, so it marks the run complete (see outputs.check_run). Returns it."""
+    from .lmeval_view import sample_lines, view
     from .outputs import atomic_open, atomic_write, file_record
     d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
     stamp = base = doc["date"].replace(":", "-").replace("+00-00", "")
     n = 1
-    while (d / f"results_{stamp}.json").exists() or (d / f"results_{stamp}.md").exists():  # two runs in a second
+    while any((d / f"{pre}{stamp}{ext}").exists() for pre, ext in
+              ((CASU_RESULTS, ".json"), ("results_", ".json"), ("results_", ".md"))):  # two runs in a second
         n += 1
         stamp = f"{base}_{n}"  # sorts after the first: "_" > "."
-    logs = {}
+    logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():
-        p = d / f"samples_{task}_{stamp}.jsonl"
+        p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
         with atomic_open(p) as f:
             for r in recs:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         logs[task] = file_record(p)
+        p = d / f"samples_{task}_{stamp}.jsonl"  # lm-eval's sample lines
+        with atomic_open(p) as f:
+            for line in sample_lines(task, recs, (doc.get("generation") or {}).get(task)):
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        lm_logs[task] = file_record(p)
     atomic_write(d / f"results_{stamp}.md", markdown(doc))
     plots(doc, d, f"_{stamp}")
-    from .lmeval_view import view
-    lm = d / f"lm_eval_{stamp}.json"  # lm-eval's shape, for tools that read lm-eval output
-    atomic_write(lm, json.dumps(view(doc), indent=2, ensure_ascii=False))
-    path = d / f"results_{stamp}.json"
-    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs, lm_eval_view=lm.name), indent=2,
-                                  ensure_ascii=False))
+    path = d / f"{CASU_RESULTS}{stamp}.json"
+    lm = d / f"results_{stamp}.json"  # lm-eval's schema, for tools that read lm-eval output
+    atomic_write(lm, json.dumps(view(dict(doc, casu_document=path.name)), indent=2, ensure_ascii=False))
+    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs, lm_eval_sample_logs=lm_logs,
+                                       lm_eval_view=lm.name), indent=2, ensure_ascii=False))
     return path

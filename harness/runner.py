@@ -238,7 +238,8 @@ def score_unit(u: Unit, res: dict, judge=None) -> dict:
     s = u.sample
     rec = {"id": s.id, "task": u.task.task, "condition": u.condition.name, "rotation": u.rotation,
            "scene_id": s.scene_id, "place": s.place, "speech_type": s.speech_type, "layers": s.layers,
-           "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "prompt": u.prompt, "options": u.options,
+           "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "question": s.question, "prompt": u.prompt,
+           "options": u.options,
            "answer": u.answer}
     if u.system is not None:
         rec["system"] = u.system

@@ -177,3 +177,56 @@ def test_pr_eval_results_refuses_another_checkpoints_scores(ds, tmp_path, online
     entries = yaml.safe_load(base64.b64decode(f["content"]))
     assert all("OVERRIDE: checkpoint Org/Other proposed for Org/M with --allow_other_checkpoint" in e["notes"]
                for e in entries)
+
+
+# -- 2. model arguments reach the loader, or are refused by name --------------------------------------
+
+def test_unknown_and_unsupported_model_args_are_refused_by_name(ds, tmp_path, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "bitsandbytes" else real(n, *a))
+    cases = [("revision=abc123,typo_dtpye=bfloat16", "typo_dtpye"),
+             ("load_in_4bit=true", "needs bitsandbytes"),
+             ("load_in_4bit=yes", "load_in_4bit='yes'"),
+             ("peft=my/adapter", "peft=my/adapter: qwen2-audio does not support it"),
+             ("torch_dtype=bfloat16", "use dtype="),
+             ("attn_implementation=flash", "attn_implementation='flash'"),
+             ("bnb_4bit_quant_type=nf4", "only with load_in_4bit=true"),
+             (f"pretrained={tmp_path},revision=abc123", "is a local folder, which has no revisions")]
+    for args, why in cases:
+        rc, _, err = run(ds, tmp_path / "r", "--model_args", args, model="qwen2-audio")
+        assert rc == 2 and why in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert not (tmp_path / "r" / "qwen2-audio").exists()  # nothing was run or recorded
+
+
+def _hub_cache_copy(src: Path, cache: Path, repo: str, sha: str, ref: str) -> None:
+    """A Hub cache entry for `repo` at commit `sha` (branch `ref`), as `hf download` leaves it."""
+    import shutil
+    base = cache / ("models--" + repo.replace("/", "--"))
+    shutil.copytree(src, base / "snapshots" / sha)
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / ref).write_text(sha)
+
+
+def test_revision_reaches_from_pretrained_and_is_recorded_as_the_model_sha(ds, tmp_path, monkeypatch):
+    import huggingface_hub.constants as C
+    import tiny_models as tiny
+
+    from harness import simple_evaluate
+    from model_adapters.base import AdapterError
+    from model_adapters.registry import make_adapter
+    src = tiny.build_qwen2_audio(tmp_path / "tiny")
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    _hub_cache_copy(src, tmp_path / "hub", "casu-test/tiny-qwen2-audio", sha, "v1")
+    monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = {"pretrained": "casu-test/tiny-qwen2-audio", "device": "cpu", "dtype": "float32"}
+    with pytest.raises(AdapterError, match="cannot load"):  # no `main` in the cache: the revision is what loads
+        make_adapter("qwen2-audio", args)._load()
+    res = simple_evaluate("qwen2-audio", dict(args, revision="v1"), tasks="role_inference", dataset=str(ds),
+                          limit=2, probe=False)
+    cfg = res["config"]
+    assert cfg["model_revision"] == "v1" and cfg["model_sha"] == sha and cfg["model_num_parameters"] > 0
+    assert cfg["model_dtype"] == "torch.float32" and "revision=v1" in cfg["model_args"]
+    assert res.document["model"]["meta"]["model_sha"] == sha
