@@ -205,10 +205,22 @@ def _print_tasks(include_path=None) -> int:
     except TaskConfigError as err:
         _error(err)
         return EXIT_USAGE
+    _print_task_table(tasks)
+    return EXIT_OK
+
+
+def _print_task_table(tasks: dict) -> None:
+    """The tasks, then the groups (tags) that `--tasks NAME` selects, as lm-eval's `--tasks list`."""
     print("tasks:")
     for name, t in tasks.items():
         print(f"  {name:28s} v{t.version}  {t.output_type:16s} {t.description}")
-    return EXIT_OK
+    groups: dict[str, list[str]] = {}
+    for name, t in tasks.items():
+        for tag in t.tags:
+            groups.setdefault(tag, []).append(name)
+    print("groups (--tasks NAME runs every task of the group; all = every task):")
+    for tag, names in sorted(groups.items()):
+        print(f"  {tag:28s} {', '.join(names)}")
 
 
 def cmd_list(argv: list[str]) -> int:
@@ -216,10 +228,7 @@ def cmd_list(argv: list[str]) -> int:
 
     from .conditions import ALL, FULL
     from .task_config import load_tasks
-    tasks = load_tasks()
-    print("tasks:")
-    for name, t in tasks.items():
-        print(f"  {name:28s} v{t.version}  {t.output_type:16s} {t.description}")
+    _print_task_table(load_tasks())
     print("models:")
     for n in adapter_names():
         print(f"  {n:28s} {describe(n)}")

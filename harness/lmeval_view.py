@@ -169,7 +169,7 @@ def config_block(doc: dict) -> dict:
         "model": model["name"],
         "model_args": ",".join(f"{k}={v}" for k, v in (model.get("args") or {}).items()),
         **{k: meta[k] for k in ("model_num_parameters", "model_dtype", "model_revision", "model_sha") if k in meta},
-        "batch_size": cfg.get("batch_size"),
+        "batch_size": None if cfg.get("batch_size") is None else str(cfg["batch_size"]),  # lm-eval: a string
         "batch_sizes": [],
         "device": (model.get("args") or {}).get("device"),
         "use_cache": cfg.get("use_cache"),
@@ -179,7 +179,7 @@ def config_block(doc: dict) -> dict:
         "random_seed": cfg.get("seed"),
         "numpy_seed": cfg.get("seed"),
         "torch_seed": cfg.get("seed"),
-        "fewshot_seed": cfg.get("seed"),
+        "fewshot_seed": cfg["fewshot_random_seed"] if cfg.get("fewshot_random_seed") is not None else cfg.get("seed"),
     }
     # CASU's run settings after lm-eval's (tasks, task_configs, conditions, scene_hint, ...)
     return {**lm, **{k: v for k, v in cfg.items() if k not in lm}}

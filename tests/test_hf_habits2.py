@@ -230,3 +230,147 @@ def test_revision_reaches_from_pretrained_and_is_recorded_as_the_model_sha(ds, t
     assert cfg["model_revision"] == "v1" and cfg["model_sha"] == sha and cfg["model_num_parameters"] > 0
     assert cfg["model_dtype"] == "torch.float32" and "revision=v1" in cfg["model_args"]
     assert res.document["model"]["meta"]["model_sha"] == sha
+
+
+# -- 4. lm-eval's own output schema ---------------------------------------------------------------
+
+# lm_eval/utils.py's readers, copied: what lm-eval's tools (the Hub tracker card, zeno) glob for
+def get_results_filenames(filenames):
+    return [f for f in filenames if "/results_" in f and ".json" in f]
+
+
+def get_sample_results_filenames(filenames):
+    return [f for f in filenames if "/samples_" in f and ".json" in f]
+
+
+def get_file_datetime(filename):
+    return filename[filename.rfind("_") + 1:].replace(".jsonl", "")
+
+
+def get_latest_filename(filenames):
+    return max(filenames, key=lambda f: get_file_datetime(f))
+
+
+def test_the_written_files_are_lm_evals_schema_and_casus_own_is_beside_them(ds, tmp_path):
+    import hashlib
+
+    from pydantic import TypeAdapter
+
+    import lm_eval_schema as S
+    out = tmp_path / "r"
+    rc, _, err = run(ds, out, "--conditions", "PEB,P__", "--log_samples", "--model_args", "pretrained=Org/M",
+                     "--system_instruction", "Answer briefly.", model="test_hf_habits2:Ckpt")
+    assert rc == 0, err
+    folder = out / "test_hf_habits2__Ckpt__Org__M"
+    names = sorted(f"{folder.name}/{p.name}" for p in folder.iterdir())
+    res_files, sample_files = get_results_filenames(names), get_sample_results_filenames(names)
+    assert len(res_files) == 1 and res_files[0].endswith(".json") and len(sample_files) == 1
+    assert not [n for n in res_files + sample_files if "casu_" in n]  # CASU's own files are not globbed
+    latest = json.loads((out / get_latest_filename(res_files)).read_text())
+    TypeAdapter(S.EvalResults).validate_python(latest, strict=True)
+    lines = [json.loads(x) for x in (out / sample_files[0]).read_text().splitlines()]
+    for line in lines:
+        TypeAdapter(S.SampleResult).validate_python(line, strict=True)
+    # lm-eval's values, not CASU's: a float date, the checkpoint as model_name, the tracker fields
+    assert isinstance(latest["date"], float) and latest["model_name"] == "Org/M"
+    assert latest["model_name_sanitized"] == "Org__M" and latest["model_source"] == "test_hf_habits2:Ckpt"
+    assert float(latest["total_evaluation_time_seconds"]) == latest["end_time"] - latest["start_time"] >= 0
+    assert latest["system_instruction_sha"] == hashlib.sha256(b"Answer briefly.").hexdigest()
+    assert latest["higher_is_better"] == {"role_inference": {"acc": True}}  # only the metrics the task has
+    r = latest["results"]["role_inference"]
+    assert r["name"] == r["alias"] == "role_inference" and r["sample_len"] == 10 and "acc,P__" in r
+    # task_hashes as EvaluationTracker computes them, from the sample lines
+    joined = "".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in lines)
+    assert latest["task_hashes"] == {"role_inference": hashlib.sha256(joined.encode()).hexdigest()}
+    assert {s["filter"] for s in lines} == {"none", "P__"} and len(lines) == 20
+    one = next(s for s in lines if s["filter"] == "none" and s["doc_id"] == 0)
+    assert one["doc"]["question"] and one["target"] == one["doc"]["answer"] and one["metrics"] == ["acc"]
+    assert one["prompt_hash"] == hashlib.sha256(one["arguments"]["gen_args_0"]["arg_0"].encode()).hexdigest()
+    # the lm-eval accuracy is the share of lines right, and CASU's value
+    casu = json.loads(next(folder.glob("casu_results_*.json")).read_text())
+    acc = [s["acc"] for s in lines if s["filter"] == "none"]
+    assert r["acc,none"] == sum(acc) / len(acc) == casu["results"]["role_inference"]["PEB"]["accuracy"]["value"]
+    assert latest["casu"]["document"] == next(folder.glob("casu_results_*.json")).name
+
+
+def test_scene_description_lines_carry_their_metrics(casu_small, tmp_path):
+    import lm_eval_schema as S
+    from pydantic import TypeAdapter
+
+    from harness import simple_evaluate
+    res = simple_evaluate("random", tasks="scene_description", dataset=str(casu_small), limit=2, probe=False,
+                          log_samples=True)
+    TypeAdapter(S.EvalResults).validate_python(json.loads(json.dumps(res)), strict=True)
+    line = res["samples"]["scene_description"][0]
+    assert line["target"] and set(line["metrics"]) <= {"bertscore", "event_match", "one_minus_wer"}
+    assert "bertscore" in line["metrics"] and isinstance(line["bertscore"], float)
+    assert set(res["higher_is_better"]["scene_description"]) == {"bleu", "bertscore", "event_match", "one_minus_wer"}
+
+
+# -- 5. simple_evaluate as lm-eval's, with a model loaded once ------------------------------------
+
+def test_simple_evaluate_takes_a_loaded_adapter_and_lm_evals_keywords(ds, tmp_path, capsys):
+    from harness import UsageError, simple_evaluate
+    from model_adapters.registry import make_adapter
+    adapter = make_adapter("random", {"seed": 3})
+
+    class Tracker:  # lm-eval's EvaluationTracker, as simple_evaluate uses it
+        output_path = str(tmp_path / "tracked")
+
+        class general_config_tracker:
+            got = {}
+
+            @classmethod
+            def log_experiment_args(cls, **kw):
+                cls.got = kw
+
+    res = simple_evaluate(model=adapter, tasks=["role_inference"], dataset=str(ds), probe=False, random_seed=0,
+                          numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=1234, bootstrap_iters=0,
+                          use_cache=str(tmp_path / "c.sqlite"), write_out=True, evaluation_tracker=Tracker,
+                          verbosity="INFO", log_samples=True)
+    assert isinstance(res, dict) and 0 <= res["results"]["role_inference"]["acc,none"] <= 1
+    assert res["results"]["role_inference"]["acc_stderr,none"] == "N/A"  # bootstrap_iters=0, as lm-eval
+    assert res["config"]["bootstrap_iters"] == 0 and res["config"]["fewshot_seed"] == 1234
+    assert res["config"]["use_cache"] == str(tmp_path / "c.sqlite") and (tmp_path / "c.sqlite").is_file()
+    assert len(res["samples"]["role_inference"]) == 10 and res.path.parent.parent == tmp_path / "tracked"
+    assert Tracker.general_config_tracker.got["model_source"] == "random"
+    assert "--- role_inference: first prompt" in capsys.readouterr().out  # write_out
+    again = simple_evaluate(model=adapter, tasks="role_inference", dataset=str(ds), probe=False,
+                            cache=str(tmp_path / "c.sqlite"))
+    assert again["results"]["role_inference"]["acc,none"] == res["results"]["role_inference"]["acc,none"]
+    assert again["timing"]["cache_hits"] == 10  # the same adapter, the same cache keys
+    pred = simple_evaluate(model=adapter, tasks="role_inference", dataset=str(ds), probe=False, predict_only=True)
+    assert pred["results"]["role_inference"]["bypass,none"] == 999 and "acc,none" not in pred["results"]["role_inference"]
+    assert len(pred["samples"]["role_inference"]) == 10 and pred["samples"]["role_inference"][0]["resps"]
+    for kw, why in (({"model_args": "seed=1"}, "already built"), ({"random_seed": 1, "seed": 2}, "give one"),
+                    ({"numpy_random_seed": 1234}, "numpy_random_seed=1234"),
+                    ({"bootstrap_iters": -1}, "bootstrap_iters=-1"), ({"verbosity": "LOUD"}, "--verbosity 'LOUD'")):
+        with pytest.raises(UsageError, match=why):
+            simple_evaluate(model=adapter, tasks="role_inference", dataset=str(ds), probe=False, **kw)
+    with pytest.raises(UsageError, match="model=int"):
+        simple_evaluate(model=3, tasks="role_inference", dataset=str(ds))
+
+
+# -- 7. the smaller habits ----------------------------------------------------------------------------
+
+def test_output_path_as_a_json_file_is_refused_by_name(ds, tmp_path):
+    rc, _, err = run(ds, tmp_path / "r.json")
+    assert rc == 2 and "--output_path" in err and "give a folder" in err and not (tmp_path / "r.json").exists()
+
+
+def test_verbosity_info_logs_the_run(ds, tmp_path, caplog):
+    import logging
+    caplog.set_level(logging.INFO)
+    rc, _, err = run(ds, tmp_path / "r", "--verbosity", "INFO")
+    assert rc == 0, err
+    msgs = [r.getMessage() for r in caplog.records if r.name.startswith("harness")]
+    assert any("role_inference: 10 of 10 rows" in m for m in msgs) and any(m.startswith("wrote ") for m in msgs)
+    assert any("inference done" in m for m in msgs)
+
+
+def test_tasks_list_shows_the_casu_group():
+    rc, out, _ = cli("--tasks", "list")
+    groups = out.split("groups")[1]
+    assert rc == 0 and "  casu " in groups and "role_inference" in groups
+    rc, out, _ = cli("list")
+    assert rc == 0 and "  casu " in out.split("groups")[1].split("models:")[0]
