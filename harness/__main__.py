@@ -141,9 +141,16 @@ def cmd_run(argv: list[str]) -> int:
     from .api import UsageError, simple_evaluate
     from .data import DatasetError
     from .task_config import TaskConfigError
-    if args.quiet:
+    if args.quiet or not sys.stderr.isatty():
+        # the libraries' bars print carriage returns (and escape codes) into a log; the harness's
+        # own progress prints plain lines there instead (runner.PlainProgress)
         import datasets
         datasets.disable_progress_bars()
+        import huggingface_hub.utils
+        huggingface_hub.utils.disable_progress_bars()  # transformers reads this when it is imported
+        tlog = sys.modules.get("transformers.utils.logging")
+        if tlog is not None:  # already imported (a notebook, the tests): told directly
+            tlog.disable_progress_bar()
     try:
         res = simple_evaluate(
             args.model, args.model_args, tasks=args.tasks, dataset=args.dataset, conditions=args.conditions,

@@ -256,6 +256,33 @@ def markdown(doc: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
+def accuracy_plot_data(doc: dict) -> dict:
+    """What the accuracy plot shows: per multiple-choice task at full audio (or the last
+    condition), accuracy and, on contrast-family data, family accuracy (the headline metric),
+    each in % with its 95% interval; the title names the run and, for a --limit run, says
+    PARTIAL with the limit and n."""
+    r = doc["results"]
+    conds = doc["config"]["conditions"]
+    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
+    bars = []
+    for t in (t for t in mcq_order() if t in r):
+        m = r[t].get(full) or {}
+        for metric in ("accuracy", "family_accuracy"):
+            a = m.get(metric) or {}
+            if a.get("value") is None:
+                continue
+            v = 100 * a["value"]
+            ci = a.get("ci95") or [a["value"], a["value"]]
+            bars.append({"task": t, "metric": metric, "value": v, "lo": 100 * ci[0], "hi": 100 * ci[1]})
+    limit = (doc.get("config") or {}).get("limit")
+    title = f"{display_name(doc)} ({full})"
+    if limit:
+        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order() if t in r)
+        title = f"PARTIAL (--limit {limit}, n={n}): {title}"
+    return {"bars": bars, "family": any(b["metric"] == "family_accuracy" for b in bars), "partial": bool(limit),
+            "title": title, "condition": full}
+
+
 def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
@@ -274,22 +301,30 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     if not tasks:
         return written
     conds = doc["config"]["conditions"]
-    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    vals, lo, hi = [], [], []
-    for t in tasks:
-        a = r[t].get(full, {}).get("accuracy") or {}
-        v = 100 * (a.get("value") or 0)
-        ci = a.get("ci95") or [a.get("value") or 0] * 2
-        vals.append(v)
-        lo.append(v - 100 * ci[0])
-        hi.append(100 * ci[1] - v)
-    ax.bar([short(t) for t in tasks], vals, yerr=[lo, hi], capsize=4, color="#4C72B0")
-    ax.axhline(25, ls="--", color="grey", lw=1, label="chance (4 options)")
-    ax.set_ylabel("accuracy (%)")
+    data = accuracy_plot_data(doc)
+    if not data["bars"]:
+        return written
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    width = 0.38 if data["family"] else 0.6
+    x = np.arange(len(tasks))
+    for k, (metric, color, label) in enumerate((("accuracy", "#4C72B0", "accuracy (per variant)"),
+                                                ("family_accuracy", "#DD8452", "family accuracy (all 4 right)"))):
+        bars = [b for b in data["bars"] if b["metric"] == metric]
+        if not bars:
+            continue
+        off = (k - 0.5) * width if data["family"] else 0.0
+        xs = [x[tasks.index(b["task"])] + off for b in bars]
+        vals = [b["value"] for b in bars]
+        err = [[max(0.0, b["value"] - b["lo"]) for b in bars], [max(0.0, b["hi"] - b["value"]) for b in bars]]
+        ax.bar(xs, vals, width, yerr=err, capsize=3, color=color, label=label)
+    ax.axhline(25, ls="--", color="grey", lw=1, label="chance per variant (25%)")
+    if data["family"]:
+        ax.axhline(100 / 256, ls=":", color="grey", lw=1, label="chance per family (0.39%)")
+    ax.set_xticks(x, [short(t) for t in tasks])
+    ax.set_ylabel("%  (95% bootstrap intervals)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"{display_name(doc)} ({full})", fontsize=9)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(data["title"], fontsize=9, color="#B00020" if data["partial"] else "black")
+    ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     p = out_dir / f"accuracy_by_task{stamp}.png"
     save(fig, p)
@@ -306,6 +341,8 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
             for j in range(len(tasks)):
                 ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
         ax.set_ylabel("layers kept (P speech, E events, B background)")
+        ax.set_title(data["title"].replace(f" ({data['condition']})", ""), fontsize=9,
+                     color="#B00020" if data["partial"] else "black")
         fig.colorbar(im, ax=ax, label="accuracy (%)")
         fig.tight_layout()
         p = out_dir / f"ablation_heatmap{stamp}.png"

@@ -158,10 +158,41 @@ def interleave(units: list[Unit], group, batch_size: int) -> list[Unit]:
     return [u for _, _, part in sorted(chunks, key=lambda c: (c[0], c[1])) for u in part]
 
 
+class PlainProgress:
+    """The progress of a run where stderr is not a terminal (a log file, CI, a notebook's captured
+    stream): one plain line at every 10% (and at the end), no carriage returns or escape codes."""
+
+    def __init__(self, total: int, desc: str, file=None, step: float = 0.1):
+        self.total, self.desc, self.file, self.step = total, desc, file or sys.stderr, step
+        self.n, self.t0, self.next = 0, time.perf_counter(), step
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        if self.total and (self.n / self.total >= self.next or self.n >= self.total):
+            while self.next <= self.n / self.total:
+                self.next += self.step
+            dt = time.perf_counter() - self.t0
+            eta = dt / self.n * (self.total - self.n) if self.n else 0.0
+            print(f"{self.desc}: {self.n}/{self.total} ({100 * self.n / self.total:.0f}%), {dt:.1f} s, "
+                  f"ETA {eta:.0f} s", file=self.file, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    """tqdm on a terminal; PlainProgress lines elsewhere; nothing when disabled or empty."""
+    from tqdm import tqdm
+    if not enabled or not total:
+        return tqdm(total=total, disable=True)
+    if not getattr(sys.stderr, "isatty", lambda: False)():
+        return PlainProgress(total, desc)
+    return tqdm(total=total, desc=desc, file=sys.stderr)
+
+
 def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_size: int, state: RunState,
             progress: bool = True, shrink_on_oom: bool = False) -> dict[str, dict]:
     """key -> {"response"|"scores"} or {"error"}; cached outputs are reused, new ones cached at once."""
-    from tqdm import tqdm
     out: dict[str, dict] = {}
     todo = []
     for u in units:
@@ -176,7 +207,7 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
     def group(u):
         return u.mode, tuple(sorted(settings_for(u.task).to_dict().items()))
     todo = interleave(todo, group, batch_size)
-    bar = tqdm(total=len(todo), desc=f"{adapter.name}", disable=not progress or not todo, file=sys.stderr)
+    bar = progress_bar(len(todo), adapter.name, progress)
     i = 0
     while i < len(todo):
         # the next batch: up to batch_size neighbouring units of one group

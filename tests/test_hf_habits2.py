@@ -374,3 +374,29 @@ def test_tasks_list_shows_the_casu_group():
     assert rc == 0 and "  casu " in groups and "role_inference" in groups
     rc, out, _ = cli("list")
     assert rc == 0 and "  casu " in out.split("groups")[1].split("models:")[0]
+
+
+def test_progress_outside_a_terminal_is_plain_lines(ds, tmp_path):
+    rc, out, err = cli("--model", "random", "--tasks", "role_inference", "--dataset", str(ds), "--output_path",
+                       str(tmp_path / "r"), "--no_probe")  # stderr is a StringIO here, as in a log file
+    assert rc == 0, err
+    assert "\r" not in err and "\x1b" not in err
+    lines = [x for x in err.splitlines() if x.startswith("random: ")]
+    assert lines and lines[-1].startswith("random: 10/10 (100%)")
+
+
+def test_the_plot_shows_family_accuracy_with_its_interval_and_marks_a_partial_run(ds, tmp_path):
+    from harness import simple_evaluate
+    from harness.results import accuracy_plot_data, plots
+    res = simple_evaluate("random", tasks="role_inference", dataset=str(ds), probe=False, limit=4)
+    doc = json.loads(json.dumps(res.document))
+    m = doc["results"]["role_inference"]["PEB"]
+    m["family_accuracy"] = {"value": 0.25, "ci95": [0.0, 0.5], "n": 4, "families": 4, "chance": 1 / 256}
+    data = accuracy_plot_data(doc)
+    fam = [b for b in data["bars"] if b["metric"] == "family_accuracy"]
+    assert fam == [{"task": "role_inference", "metric": "family_accuracy", "value": 25.0, "lo": 0.0, "hi": 50.0}]
+    assert data["family"] and data["partial"] and data["title"].startswith("PARTIAL (--limit 4, n=4)")
+    written = plots(doc, tmp_path, "_x")
+    assert [p.name for p in written] == ["accuracy_by_task_x.png"] and written[0].stat().st_size > 1000
+    doc["config"]["limit"] = None
+    assert not accuracy_plot_data(doc)["partial"] and "PARTIAL" not in accuracy_plot_data(doc)["title"]
