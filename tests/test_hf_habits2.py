@@ -400,3 +400,49 @@ def test_the_plot_shows_family_accuracy_with_its_interval_and_marks_a_partial_ru
     assert [p.name for p in written] == ["accuracy_by_task_x.png"] and written[0].stat().st_size > 1000
     doc["config"]["limit"] = None
     assert not accuracy_plot_data(doc)["partial"] and "PARTIAL" not in accuracy_plot_data(doc)["title"]
+
+
+# -- 6. notebook audio and the safe local call, as the card prints them ----------------------------
+
+def _blocks(card: str) -> list[str]:
+    import re
+    return re.findall(r"```python\n(.*?)```", card, re.S)
+
+
+def test_the_cards_waveform_and_local_folder_snippets_run_from_anywhere(casu_small, tmp_path, monkeypatch):
+    import shutil
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    card = (casu_small / "README.md").read_text()
+    blocks = _blocks(card)
+    wave = next(b for b in blocks if "soundfile" in b)
+    local = next(b for b in blocks if "data_files" in b)
+    assert len([x for x in wave.splitlines() if x.strip()]) == 2 and "torchcodec" not in wave
+    # two folders of the same name with other content, loaded from a third working directory
+    a, b = tmp_path / "a" / "casu_mini", tmp_path / "b" / "casu_mini"
+    shutil.copytree(casu_small, a)
+    shutil.copytree(casu_small, b)
+    config = local.split('data_files("/path/to/casu_mini", "')[1].split('"')[0]
+    for f in (b / config).glob("*.parquet"):
+        t = pq.read_table(f)
+        q = [f"other {x}" for x in t.column("question").to_pylist()]
+        import pyarrow as pa
+        pq.write_table(t.set_column(t.schema.get_field_index("question"), "question", pa.array(q)), f)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    got = {}
+    for folder in (a, b):
+        ns: dict = {}
+        exec("import datasets, casu_dataset\n" + local.replace("/path/to/casu_mini", str(folder)), ns)
+        exec(wave, ns)
+        got[folder] = ns["ds"][0]["question"]
+        assert isinstance(ns["wav"], np.ndarray) and ns["wav"].ndim == 1 and ns["wav"].dtype == np.float32
+        assert ns["sr"] == 16000 and len(ns["wav"]) > 16000
+    assert got[b] == "other " + got[a]  # never the first folder's cached rows
+    import casu_dataset
+    x, sr = casu_dataset.waveform(ns["ds"][0])
+    assert sr == 16000 and np.array_equal(x, ns["wav"])
+    with pytest.raises(casu_dataset.LoadError, match="FLAC bytes"):
+        casu_dataset.waveform({"audio": {"path": "x.flac"}})
