@@ -1,8 +1,8 @@
 """The leaderboard path.
 
 `push`: one checkpoint's latest FULL run (never a --limit run) to a Hub results dataset, in
-lm-eval's tracker layout (`<checkpoint>/results_<date>.json`, `lm_eval_<date>.json`,
-`samples_<task>_<date>.jsonl`), private unless --public, with a results card (README.md: table 1
+lm-eval's tracker layout (`<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in
+lm-eval's schema, CASU's `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl` beside them), private unless --public, with a results card (README.md: table 1
 of the latest full run of every checkpoint under the output folder).
 
 `push_after_run`: lm-eval's `--hf_hub_log_args push_results_to_hub=true`: the run just written,
@@ -38,7 +38,7 @@ def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Pat
         skipped.extend(bad)
     if not good:
         why = "; ".join(f"{f.relative_to(root)}: {w}" for f, w in bad)
-        raise PushError(f"--output_path {root}: no complete results_*.json under it "
+        raise PushError(f"--output_path {root}: no complete casu_results_*.json under it "
                         f"({'skipped ' + why if why else 'run an evaluation first'})")
     return good
 
@@ -106,7 +106,8 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
     ops = hub.folder_operations(f.parent, logs, prefix=f"{run_key(doc['model'])}/")
     card = "\n".join(["---", "pretty_name: CASU sample logs", "tags:", "- casu", "- evaluation", "---", "",
                       f"# CASU sample logs ({details_repo})", "",
-                      "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl`) of the "
+                      "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in lm-eval's "
+                      "schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
                       f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).", ""])
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
     return ops
@@ -120,8 +121,9 @@ def results_card(output_path: str | Path, repo: str) -> str:
         "---", "pretty_name: CASU results", "tags:", "- casu", "- evaluation", "- audio", "---", "",
         f"# CASU results ({repo})", "",
         "Results of the CASU harness (`python -m harness`), one folder per checkpoint "
-        "(`<adapter>__<checkpoint>/results_<date>.json`, the lm-eval view `lm_eval_<date>.json`, and "
-        "per-sample logs). Only full runs are pushed (never `--limit` subsets).", "",
+        "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's schema, "
+        "CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only full runs are "
+        "pushed (never `--limit` subsets).", "",
         "## Table 1 (all layers, each checkpoint's latest full run)", "", table1(*docs), "",
         "BLEU-4 on 0-100; BERTScore F1, Event Match and 1 - WER on 0-1; accuracies in %.", ""])
 
