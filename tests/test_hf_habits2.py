@@ -230,6 +230,17 @@ def test_revision_reaches_from_pretrained_and_is_recorded_as_the_model_sha(ds, t
     assert cfg["model_revision"] == "v1" and cfg["model_sha"] == sha and cfg["model_num_parameters"] > 0
     assert cfg["model_dtype"] == "torch.float32" and "revision=v1" in cfg["model_args"]
     assert res.document["model"]["meta"]["model_sha"] == sha
+    # the keys of a real lm-eval results file (an HF model's), all present, with lm-eval's types
+    real = json.loads((Path(__file__).parent / "fixtures" / "lm_eval_real_results_keys.json").read_text())
+    ours = json.loads(json.dumps(res))
+    assert set(real["top_level_keys"]) <= set(ours), set(real["top_level_keys"]) - set(ours)
+    assert set(ours) - set(real["top_level_keys"]) == {"groups", "casu"}  # groups: lm-eval's schema too
+    assert set(real["config_keys"]) <= set(ours["config"])
+    kinds = {"float": float, "str": str, "dict": dict, "int": int}
+    for key, kind in real["types"].items():
+        v = ours["config"][key.split(".", 1)[1]] if key.startswith("config.") else ours[key]
+        assert isinstance(v, kinds[kind]) and not isinstance(v, bool), (key, v)
+    assert ours["tokenizer_eos_token"][0] and ours["chat_template"] and len(ours["chat_template_sha"]) == 64
 
 
 # -- 4. lm-eval's own output schema ---------------------------------------------------------------
