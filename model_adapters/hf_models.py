@@ -227,7 +227,18 @@ class HFAudioLM(Adapter):
         return {"tokenizer_pad_token": [str(tok.pad_token), str(tok.pad_token_id)],
                 "tokenizer_eos_token": [str(tok.eos_token), str(tok.eos_token_id)],
                 "tokenizer_bos_token": [str(tok.bos_token), str(tok.bos_token_id)],
-                "eot_token_id": tok.eos_token_id, "max_length": getattr(tok, "model_max_length", None)}
+                "eot_token_id": tok.eos_token_id, "max_length": self._max_length(tok)}
+
+    def _max_length(self, tok) -> int | None:
+        """lm-eval's max_length: the model's context (max_position_embeddings of its text config),
+        else the tokenizer's model_max_length when it is a real limit (not transformers' 1e30 sentinel)."""
+        cfg = getattr(self._model, "config", None)
+        for c in (getattr(cfg, "text_config", None), getattr(cfg, "get_text_config", lambda: None)(), cfg):
+            n = getattr(c, "max_position_embeddings", None)
+            if isinstance(n, int) and n > 0:
+                return n
+        n = getattr(tok, "model_max_length", None)
+        return n if isinstance(n, int) and 0 < n < 10**9 else None
 
     def _load_processor(self):
         """The processor alone (tokenizer, chat templates, feature extractor): no weights."""

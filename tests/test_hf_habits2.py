@@ -240,7 +240,7 @@ def test_revision_reaches_from_pretrained_and_is_recorded_as_the_model_sha(ds, t
     for key, kind in real["types"].items():
         v = ours["config"][key.split(".", 1)[1]] if key.startswith("config.") else ours[key]
         assert isinstance(v, kinds[kind]) and not isinstance(v, bool), (key, v)
-    assert ours["tokenizer_eos_token"][0] and ours["chat_template"] and len(ours["chat_template_sha"]) == 64
+    assert 0 < ours["max_length"] < 10**9 and ours["tokenizer_eos_token"][0] and ours["chat_template"] and len(ours["chat_template_sha"]) == 64
 
 
 # -- 4. lm-eval's own output schema ---------------------------------------------------------------
