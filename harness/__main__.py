@@ -381,7 +381,7 @@ def cmd_table(argv: list[str]) -> int:
     for f, why in skipped:
         print(f"skipped {f}: {why}", file=sys.stderr)
     if not docs:
-        _error(f"{a.output_path}: no complete casu_results_*.json found")
+        _error(f"{a.output_path}: no complete results (casu_results_*.json) found")
         return EXIT_USAGE
     print(table1(*docs))
     return EXIT_OK

@@ -38,7 +38,7 @@ def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Pat
         skipped.extend(bad)
     if not good:
         why = "; ".join(f"{f.relative_to(root)}: {w}" for f, w in bad)
-        raise PushError(f"--output_path {root}: no complete casu_results_*.json under it "
+        raise PushError(f"--output_path {root}: no complete results (casu_results_*.json) under it "
                         f"({'skipped ' + why if why else 'run an evaluation first'})")
     return good
 
