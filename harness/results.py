@@ -317,10 +317,13 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
         vals = [b["value"] for b in bars]
         err = [[max(0.0, b["value"] - b["lo"]) for b in bars], [max(0.0, b["hi"] - b["value"]) for b in bars]]
         ax.bar(xs, vals, width, yerr=err, capsize=3, color=color, label=label)
+        for xi, v in zip(xs, vals):  # the value, also where the bar has no height (a family accuracy of 0)
+            ax.text(xi, v + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
     ax.axhline(25, ls="--", color="grey", lw=1, label="chance per variant (25%)")
     if data["family"]:
         ax.axhline(100 / 256, ls=":", color="grey", lw=1, label="chance per family (0.39%)")
     ax.set_xticks(x, [short(t) for t in tasks])
+    ax.set_xlim(-0.75, len(tasks) - 0.25)
     ax.set_ylabel("%  (95% bootstrap intervals)")
     ax.set_ylim(0, 100)
     ax.set_title(data["title"], fontsize=9, color="#B00020" if data["partial"] else "black")
