@@ -109,9 +109,9 @@ def sample_lines(task: str, records: list[dict], generation: dict | None = None)
     for (cond, qid), rs in groups.items():
         rs = sorted(rs, key=lambda r: r.get("rotation", 0))
         r0 = rs[0]
-        mcq = "correct" in r0 and "reference" not in r0
+        mcq = bool(r0.get("options"))  # scene description requests have no options (also when they failed)
         doc = _doc(r0)
-        target = r0.get("answer") if mcq else r0.get("reference")
+        target = r0.get("answer") if mcq else (r0.get("reference") or "")  # a failed request has no reference
         args, resps, filtered = {}, [], []
         for r in rs:
             if r.get("mode") == "loglikelihood":

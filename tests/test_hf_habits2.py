@@ -457,3 +457,30 @@ def test_the_cards_waveform_and_local_folder_snippets_run_from_anywhere(casu_sma
     assert sr == 16000 and np.array_equal(x, ns["wav"])
     with pytest.raises(casu_dataset.LoadError, match="FLAC bytes"):
         casu_dataset.waveform({"audio": {"path": "x.flac"}})
+
+
+def test_sample_lines_for_option_scores_rotations_and_failures():
+    from pydantic import TypeAdapter
+
+    import lm_eval_schema as S
+    from harness.lmeval_view import sample_lines
+    base = {"scene_id": "s", "place": "kitchen", "question": "Q?", "condition": "PEB"}
+    ll = dict(base, id="q1", rotation=0, mode="loglikelihood", prompt="P1", options=["a", "b"], answer="B",
+              scores=[-1.0, -0.5], parsed="B", correct=True, method="loglikelihood")
+    rot = [dict(base, id="q2", rotation=r, mode="generate", prompt=f"P2-{r}", options=["a", "b"], answer="A",
+                response=f"Answer: {'A' if r == 0 else 'B'}", parsed="A" if r == 0 else "B", correct=r == 0)
+           for r in (0, 1)]
+    failed = dict(base, id="d1", rotation=0, mode="generate", prompt="Describe.", options=[], answer="",
+                  error="RuntimeError: boom", correct=False, parsed=None, method="error")
+    lines = {s["doc"]["id"]: s for s in sample_lines("t", [ll, *rot, failed], {"max_new_tokens": 8})}
+    for line in lines.values():
+        TypeAdapter(S.SampleResult).validate_python(line, strict=True)
+    one = lines["q1"]
+    assert one["arguments"] == {"gen_args_0": {"arg_0": "P1", "arg_1": "a"}, "gen_args_1": {"arg_0": "P1", "arg_1": "b"}}
+    assert one["resps"] == [[["-1.0", "None"]], [["-0.5", "None"]]] and one["acc"] == 1.0 and one["target"] == "B"
+    two = lines["q2"]
+    assert len(two["arguments"]) == 2 and two["filtered_resps"] == ["A", "B"]
+    assert two["acc"] == 1.0 and two["circular_acc"] == 0.0 and two["metrics"] == ["acc", "circular_acc"]
+    bad = lines["d1"]
+    assert bad["metrics"] == [] and bad["target"] == "" and bad["resps"] == [[""]]
+    assert [lines[k]["doc_id"] for k in ("q1", "q2", "d1")] == [0, 1, 2]
