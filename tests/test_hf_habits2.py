@@ -131,6 +131,16 @@ def test_every_hub_command_is_one_line_and_exit_5_when_the_network_fails(mode, f
     assert "| random |" in out and "retry: python -m harness push" in err  # the table, then the retry line
 
 
+def test_an_unauthorized_token_is_one_line_and_exit_5(full_run, online, monkeypatch):
+    hub = FakeHub(status=401)
+    monkeypatch.setattr(online, "ENDPOINT", hub.url)
+    try:
+        rc, _, err = cli("push", "--repo", "me/res", "--output_path", str(full_run))
+    finally:
+        hub.close()
+    assert rc == 5 and "401" in err and len(err.strip().splitlines()) == 1 and "hf_FAKEtoken" not in err, err
+
+
 def test_a_bad_hub_timeout_is_a_usage_error(full_run, online, monkeypatch):
     monkeypatch.setenv("CASU_HUB_TIMEOUT", "soon")
     rc, _, err = cli("push", "--repo", "me/res", "--output_path", str(full_run))
