@@ -124,6 +124,13 @@ def _run_parser() -> argparse.ArgumentParser:
                         "question and options, so shots would give away keys)")
     p.add_argument("--fewshot_as_multiturn", action="store_true",
                    help="lm-eval's; refused: it needs few-shot examples and CASU tasks are zero-shot")
+    p.add_argument("--bootstrap_iters", type=_int_at_least(0), default=None, metavar="N",
+                   help="lm-eval's: resamples of every 95%% interval (default 1000); 0 computes none (stderr N/A)")
+    p.add_argument("--predict_only", action="store_true",
+                   help="lm-eval's: the model's outputs and sample logs (implies --log_samples), no metrics")
+    p.add_argument("--write_out", "-w", action="store_true", help="lm-eval's: print each task's first prompt")
+    p.add_argument("--use_cache", default=None, metavar="PATH",
+                   help="lm-eval's name for --cache: the response cache file")
     return p
 
 
@@ -161,7 +168,9 @@ def cmd_run(argv: list[str]) -> int:
             on_cleaned=lambda f: print(f"removed {f} (left by a killed run)", file=sys.stderr),
             gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args,
             system_instruction=args.system_instruction, apply_chat_template=args.apply_chat_template,
-            num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn)
+            num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn,
+            bootstrap_iters=args.bootstrap_iters, predict_only=args.predict_only, write_out=args.write_out,
+            use_cache=args.use_cache)
     except ModelArgsError as err:  # an AdapterError too, but a usage error: checked before loading
         _error(err)
         return EXIT_USAGE

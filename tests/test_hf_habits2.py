@@ -494,3 +494,19 @@ def test_sample_lines_for_option_scores_rotations_and_failures():
     bad = lines["d1"]
     assert bad["metrics"] == [] and bad["target"] == "" and bad["resps"] == [[""]]
     assert [lines[k]["doc_id"] for k in ("q1", "q2", "d1")] == [0, 1, 2]
+
+
+def test_the_cli_takes_lm_evals_run_flags(ds, tmp_path):
+    out = tmp_path / "r"
+    rc, text, err = run(ds, out, "--bootstrap_iters", "0", "--write_out", "--use_cache", str(tmp_path / "c.sqlite"))
+    assert rc == 0 and "--- role_inference: first prompt" in text and (tmp_path / "c.sqlite").is_file(), err
+    lm = json.loads(next((out / "random").glob("results_*.json")).read_text())
+    assert lm["results"]["role_inference"]["acc_stderr,none"] == "N/A" and lm["config"]["bootstrap_iters"] == 0
+    rc, text, err = run(ds, tmp_path / "p", "--predict_only")
+    assert rc == 0, err
+    folder = tmp_path / "p" / "random"
+    lm = json.loads(next(folder.glob("results_*.json")).read_text())
+    assert lm["results"]["role_inference"]["bypass,none"] == 999 and lm["config"]["predict_only"] is True
+    assert len(next(folder.glob("samples_role_inference_*.jsonl")).read_text().splitlines()) == 10
+    rc, _, err = run(ds, tmp_path / "q", "--bootstrap_iters", "-1")
+    assert rc == 2 and "--bootstrap_iters" in err
