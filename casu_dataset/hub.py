@@ -3,6 +3,7 @@ single-commit upload (results, a pull request) and a dataset folder's multi-comm
 token comes from HF_TOKEN or `huggingface-cli login` and is never printed."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -110,6 +111,22 @@ def _ensure_timeout() -> None:
     _http.set_client_factory(factory)
 
 
+@contextlib.contextmanager
+def _quiet_retries():
+    """huggingface_hub logs a warning line per retry of an upload ("Retrying in 8s [Retry 5/5]")
+    before it gives up; a failure is reported as one line, so those are kept quiet unless the user
+    asked for INFO or DEBUG (--verbosity)."""
+    import logging
+    log = logging.getLogger("huggingface_hub.utils._http")
+    level = log.level
+    if log.getEffectiveLevel() >= logging.WARNING:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _api(api, token):
     from huggingface_hub import HfApi
     _ensure_timeout()
@@ -160,8 +177,11 @@ def commit(repo: str, operations: list, message: str, api=None, token: str | Non
         api = _api(api, token)
         if not create_pr:
             _create(api, repo, repo_type, private, gated)
-        return api.create_commit(repo_id=repo, repo_type=repo_type, operations=operations, commit_message=message,
-                                 create_pr=create_pr, commit_description=description)
+        else:  # the repo must exist; a plain request also fails fast where the commit's upload would retry
+            api.repo_info(repo_id=repo, repo_type=repo_type, timeout=hub_timeout())
+        with _quiet_retries():
+            return api.create_commit(repo_id=repo, repo_type=repo_type, operations=operations,
+                                     commit_message=message, create_pr=create_pr, commit_description=description)
     except Exception as err:  # noqa: BLE001 - the network ones become one line, the rest propagate
         if not is_network_error(err):
             raise
@@ -199,9 +219,10 @@ def push(folder: str | Path, repo: str, api=None, private: bool = True, message:
     try:
         api = _api(api, token)
         _create(api, repo, "dataset", private, False)
-        return api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(folder),
-                                 ignore_patterns=list(PUSH_IGNORE),
-                                 commit_message=message or f"Upload CASU dataset ({len(files)} files)")
+        with _quiet_retries():
+            return api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(folder),
+                                     ignore_patterns=list(PUSH_IGNORE),
+                                     commit_message=message or f"Upload CASU dataset ({len(files)} files)")
     except Exception as err:  # noqa: BLE001 - ValueError: the Hub refused the card's metadata
         if not (is_network_error(err) or isinstance(err, ValueError)):
             raise

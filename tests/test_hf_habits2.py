@@ -131,6 +131,44 @@ def test_every_hub_command_is_one_line_and_exit_5_when_the_network_fails(mode, f
     assert "| random |" in out and "retry: python -m harness push" in err  # the table, then the retry line
 
 
+def test_a_real_process_prints_one_line_quickly_when_the_hub_drops_connections(full_run, tmp_path):
+    """In a process of its own (huggingface_hub's retry warnings would reach its stderr), the
+    pull request fails fast: the repo is looked up first, and the upload's retries are quiet."""
+    import os
+    import subprocess
+    import sys
+    import time
+    bad = BadHub("drop")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT=bad.url, HF_TOKEN="hf_FAKEtoken1234567890", HF_HOME=str(tmp_path / "hf"))
+    t0 = time.time()
+    try:
+        p = subprocess.run([sys.executable, "-m", "harness", "pr-eval-results", "--model_repo", "Org/M", "--dataset_id",
+                            "me/casu", "--output_path", str(full_run)], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=Path(__file__).parent.parent)
+    finally:
+        bad.close()
+    assert p.returncode == 5 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "Retrying" not in p.stderr and time.time() - t0 < 20
+
+
+def test_upload_retries_are_quiet_unless_info_was_asked_for():
+    import logging
+
+    from casu_dataset import hub
+    log = logging.getLogger("huggingface_hub.utils._http")
+    before = log.level
+    with hub._quiet_retries():
+        assert not log.isEnabledFor(logging.WARNING)
+    assert log.level == before
+    logging.getLogger("huggingface_hub").setLevel(logging.INFO)
+    try:
+        with hub._quiet_retries():
+            assert log.isEnabledFor(logging.WARNING)  # --verbosity INFO: the retries are shown
+    finally:
+        logging.getLogger("huggingface_hub").setLevel(logging.NOTSET)
+
+
 def test_an_unauthorized_token_is_one_line_and_exit_5(full_run, online, monkeypatch):
     hub = FakeHub(status=401)
     monkeypatch.setattr(online, "ENDPOINT", hub.url)
