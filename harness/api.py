@@ -76,14 +76,8 @@ class Results(dict):
         return table1(self.document)
 
 
-# lm-eval's simple_evaluate keywords that CASU takes for parity (see simple_evaluate)
-LM_EVAL_KEYWORDS = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed",
-                    "bootstrap_iters", "predict_only", "use_cache", "write_out", "evaluation_tracker", "verbosity")
-
-
 def set_verbosity(level: str | None) -> None:
     """lm-eval's verbosity: DEBUG, INFO, WARNING or ERROR for the harness and the libraries it calls."""
-    import logging
     if level is None:
         return
     if not isinstance(level, str) or level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
