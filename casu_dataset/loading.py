@@ -188,6 +188,40 @@ def _hub_rows(repo: str, config: str, split: str) -> list[dict]:
     return list(ds)
 
 
+def data_files(folder: str | Path, task: str = ALL_CONFIG, split: str = "test") -> dict[str, list[str]]:
+    """`{split: [absolute parquet paths]}` of one task (or `all`) of a built local folder, for
+    `datasets.load_dataset("parquet", data_files=...)`: works from any working directory, and the
+    datasets cache is keyed by these files, so a rebuilt folder (or another folder of the same
+    name) is never served stale, as `load_dataset(folder)` is (its cache is keyed by the name)."""
+    root = Path(folder).expanduser().resolve()
+    if not root.is_dir():
+        raise DatasetNotFound(f"{folder}: no such dataset folder (build one with `python -m casu_dataset build "
+                              f"--out {folder}`)")
+    config = _config_of(task) if task != SCENES_CONFIG else task
+    globs = _card_globs(root, config, split)
+    if globs is None:
+        dirs = mcq_configs() if config == ALL_CONFIG else (config,)
+        globs = [f"{d}/{split}-*.parquet" for d in dirs]
+    files = sorted({str(p) for g in globs for p in root.glob(g) if p.is_file()})
+    if not files:
+        raise ConfigNotFound(f"{root}: no parquet files for config {config!r} split {split!r}")
+    return {split: files}
+
+
+def waveform(row_or_audio: dict) -> tuple[np.ndarray, int]:
+    """(float32 mono waveform, sample rate) of a row from `datasets` (or its `audio` value
+    `{bytes, path}`), decoded with soundfile: no torchcodec."""
+    import io
+
+    import soundfile as sf
+    audio = row_or_audio.get("audio", row_or_audio) if isinstance(row_or_audio, dict) else None
+    blob = audio.get("bytes") if isinstance(audio, dict) else None
+    if not blob:
+        raise LoadError("waveform: expected a CASU row or its audio value {bytes, path} with FLAC bytes")
+    x, sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=False)
+    return x, int(sr)
+
+
 def load(path_or_repo: str | Path, task: str = ALL_CONFIG, split: str = "test") -> list[Item]:
     """The items of one task (a task name, or `all` for every multiple-choice question) of a built
     CASU dataset: a local folder or a Hub dataset id. Raises DatasetNotFound, ConfigNotFound,

@@ -53,11 +53,8 @@ def _batch_size(text: str):
 
 
 def _set_verbosity(level: str) -> None:
-    import logging
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(level)
-    for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
-        logging.getLogger(name).setLevel(level)
+    from .api import set_verbosity
+    set_verbosity(level)
     from casu_dataset.redact import guard_logging
     guard_logging()  # never the HTTP clients' raw headers and bodies, at any verbosity
 
@@ -132,6 +129,13 @@ def _run_parser() -> argparse.ArgumentParser:
                         "question and options, so shots would give away keys)")
     p.add_argument("--fewshot_as_multiturn", action="store_true",
                    help="lm-eval's; refused: it needs few-shot examples and CASU tasks are zero-shot")
+    p.add_argument("--bootstrap_iters", type=_int_at_least(0), default=None, metavar="N",
+                   help="lm-eval's: resamples of every 95%% interval (default 1000); 0 computes none (stderr N/A)")
+    p.add_argument("--predict_only", action="store_true",
+                   help="lm-eval's: the model's outputs and sample logs (implies --log_samples), no metrics")
+    p.add_argument("--write_out", "-w", action="store_true", help="lm-eval's: print each task's first prompt")
+    p.add_argument("--use_cache", default=None, metavar="PATH",
+                   help="lm-eval's name for --cache: the response cache file")
     return p
 
 
@@ -149,9 +153,16 @@ def cmd_run(argv: list[str]) -> int:
     from .api import UsageError, simple_evaluate
     from .data import DatasetError
     from .task_config import TaskConfigError
-    if args.quiet:
+    if args.quiet or not sys.stderr.isatty():
+        # the libraries' bars print carriage returns (and escape codes) into a log; the harness's
+        # own progress prints plain lines there instead (runner.PlainProgress)
         import datasets
         datasets.disable_progress_bars()
+        import huggingface_hub.utils
+        huggingface_hub.utils.disable_progress_bars()  # transformers reads this when it is imported
+        tlog = sys.modules.get("transformers.utils.logging")
+        if tlog is not None:  # already imported (a notebook, the tests): told directly
+            tlog.disable_progress_bar()
     try:
         res = simple_evaluate(
             args.model, args.model_args, tasks=args.tasks, dataset=args.dataset, conditions=args.conditions,
@@ -162,7 +173,9 @@ def cmd_run(argv: list[str]) -> int:
             on_cleaned=lambda f: print(f"removed {f} (left by a killed run)", file=sys.stderr),
             gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args,
             system_instruction=args.system_instruction, apply_chat_template=args.apply_chat_template,
-            num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn)
+            num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn,
+            bootstrap_iters=args.bootstrap_iters, predict_only=args.predict_only, write_out=args.write_out,
+            use_cache=args.use_cache)
     except ModelArgsError as err:  # an AdapterError too, but a usage error: checked before loading
         _error(err)
         return EXIT_USAGE
@@ -213,10 +226,22 @@ def _print_tasks(include_path=None) -> int:
     except TaskConfigError as err:
         _error(err)
         return EXIT_USAGE
+    _print_task_table(tasks)
+    return EXIT_OK
+
+
+def _print_task_table(tasks: dict) -> None:
+    """The tasks, then the groups (tags) that `--tasks NAME` selects, as lm-eval's `--tasks list`."""
     print("tasks:")
     for name, t in tasks.items():
         print(f"  {name:28s} v{t.version}  {t.output_type:16s} {t.description}")
-    return EXIT_OK
+    groups: dict[str, list[str]] = {}
+    for name, t in tasks.items():
+        for tag in t.tags:
+            groups.setdefault(tag, []).append(name)
+    print("groups (--tasks NAME runs every task of the group; all = every task):")
+    for tag, names in sorted(groups.items()):
+        print(f"  {tag:28s} {', '.join(names)}")
 
 
 def cmd_list(argv: list[str]) -> int:
@@ -224,10 +249,7 @@ def cmd_list(argv: list[str]) -> int:
 
     from .conditions import ALL, FULL
     from .task_config import load_tasks
-    tasks = load_tasks()
-    print("tasks:")
-    for name, t in tasks.items():
-        print(f"  {name:28s} v{t.version}  {t.output_type:16s} {t.description}")
+    _print_task_table(load_tasks())
     print("models:")
     for n in adapter_names():
         print(f"  {n:28s} {describe(n)}")
@@ -347,10 +369,14 @@ def cmd_pr_eval_results(argv: list[str]) -> int:
     p.add_argument("--checkpoint", default=None, help="which checkpoint when the folder holds several")
     p.add_argument("--source_url", default=None, help="where the results can be checked (e.g. the results dataset)")
     p.add_argument("--dry_run", action="store_true", help="print the YAML without opening the pull request")
+    p.add_argument("--allow_other_checkpoint", action="store_true",
+                   help="propose a run whose checkpoint is not --model_repo (the same weights under another name or "
+                        "a local copy); said in every entry's notes. Without it such a run is refused")
     a = p.parse_args(argv)
     from .push import pr_eval_results
     out, rc = _hub_call(pr_eval_results, a.output_path, a.model_repo, a.dataset_id, source_url=a.source_url,
-                        checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run)
+                        checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run,
+                        allow_other_checkpoint=a.allow_other_checkpoint)
     if rc:
         return rc
     print(out["yaml"])
@@ -369,7 +395,7 @@ def cmd_table(argv: list[str]) -> int:
     for f, why in skipped:
         print(f"skipped {f}: {why}", file=sys.stderr)
     if not docs:
-        _error(f"{a.output_path}: no complete results_*.json found")
+        _error(f"{a.output_path}: no complete results (casu_results_*.json) found")
         return EXIT_USAGE
     print(table1(*docs))
     return EXIT_OK

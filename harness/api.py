@@ -9,35 +9,58 @@ TaskConfigError / DatasetError / ModelArgsError are ValueErrors too) and
 """
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 
-from model_adapters.base import AdapterError, ModelArgsError, check_model_args, parse_model_args
+from model_adapters.base import Adapter, AdapterError, ModelArgsError, check_model_args, parse_model_args
+
+log = logging.getLogger("harness")
 
 
 class UsageError(ValueError):
     """A bad argument or path; the message names the flag (the CLI's exit code 2)."""
 
 
-@dataclass
-class Results:
-    """The results document (schema in RESULTS.md, exactly what the CLI writes as
-    results_<date>.json), the per-task sample records, and where it was written (or None)."""
-    document: dict
-    samples: dict[str, list[dict]] = field(default_factory=dict, repr=False)
-    path: Path | None = None
-    main_process: bool = True  # False on the non-main ranks of a distributed run (nothing written)
-    # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,
-    # pushed) or, when the Hub failed, `error` and `retry`; None when no push was asked for
-    pushed: dict | None = None
+class Results(dict):
+    """What `simple_evaluate` returns: lm-eval's results dict (`res["results"][task]["acc,none"]`,
+    `res["config"]`, `res["versions"]`, `res["n-samples"]`, ..., and `res["samples"]` in lm-eval's
+    sample schema with `log_samples`; exactly lm-eval's `results_<date>.json`, see
+    harness/RESULTS.md), plus CASU's own:
 
-    def __getitem__(self, key):
-        return self.document[key]
+    - `document`: CASU's results document (casu_results_<date>.json; `res.results` is its
+      task -> condition -> metrics, `res["model"]`, `res["timing"]`, ... read it for keys lm-eval
+      does not have);
+    - `samples`: CASU's per-task sample records (casu_samples_<task>_<date>.jsonl);
+    - `path`: CASU's JSON as written (None without output_path); `pushed`: what the push at the
+      end of the run sent (None when none was asked for); `table()`: table 1."""
+
+    def __init__(self, document: dict, samples: dict[str, list[dict]] | None = None, path: Path | None = None,
+                 main_process: bool = True, pushed: dict | None = None, log_samples: bool = False):
+        from .lmeval_view import sample_lines, view
+        super().__init__(view(document))
+        self.document = document
+        self.samples = samples or {}
+        self.path = path
+        self.main_process = main_process  # False on the non-main ranks of a distributed run (nothing written)
+        # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,
+        # pushed) or, when the Hub failed, `error` and `retry`; None when no push was asked for
+        self.pushed = pushed
+        if log_samples:
+            gen = document.get("generation") or {}
+            self["samples"] = {t: sample_lines(t, recs, gen.get(t)) for t, recs in self.samples.items()}
+
+    def __missing__(self, key):
+        return self.document[key]  # CASU's keys lm-eval does not have (model, timing, errors, ...)
+
+    def __repr__(self) -> str:
+        return (f"Results(model={self.get('model_name')!r}, tasks={list(self.get('results', {}))}, "
+                f"status={self.document.get('status')!r}, path={str(self.path) if self.path else None!r})")
 
     @property
     def results(self) -> dict:
-        """task -> condition -> metrics."""
+        """CASU's task -> condition -> metrics (`res["results"]` is lm-eval's task -> "acc,none")."""
         return self.document["results"]
 
     @property
@@ -45,13 +68,27 @@ class Results:
         return self.document["errors"]
 
     def lm_eval_view(self) -> dict:
-        """The document in lm-eval's results shape (`results[task]["acc,none"]`; see RESULTS.md)."""
-        from .lmeval_view import view
-        return view(self.document)
+        """lm-eval's results JSON as written (`results_<date>.json`), without `samples`."""
+        return {k: v for k, v in self.items() if k != "samples"}
 
     def table(self) -> str:
         from .results import table1
         return table1(self.document)
+
+
+def set_verbosity(level: str | None) -> None:
+    """lm-eval's verbosity: DEBUG, INFO, WARNING or ERROR for the harness and the libraries it calls."""
+    if level is None:
+        return
+    if not isinstance(level, str) or level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise UsageError(f"--verbosity {level!r}: one of DEBUG, INFO, WARNING, ERROR")
+    level = level.upper()
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    root.setLevel(level)
+    for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
+        logging.getLogger(name).setLevel(level)
 
 
 def make_judge(name: str | None):
@@ -69,6 +106,10 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
     """UsageError when --output_path or --cache cannot be used; creates --output_path."""
     out = output_path
     if out is not None:
+        if out.lower().endswith((".json", ".jsonl")) and not os.path.isdir(out):
+            raise UsageError(f"--output_path {out}: give a folder, not a file name (a run writes several files "
+                             f"under <folder>/<model>/: lm-eval's results_<date>.json, CASU's casu_results_<date>.json, "
+                             f"sample logs, report, plots); e.g. --output_path {os.path.splitext(out)[0] or 'results'}")
         if os.path.exists(out) and not os.path.isdir(out):
             raise UsageError(f"--output_path {out}: is a file, not a folder")
         try:
@@ -110,7 +151,10 @@ def _open_data(dataset: str, tasks, seed: int):
         data.check_all(tasks)
     except DatasetError:
         raise
-    except (ConnectionError, OSError) as err:  # a Hub id that cannot be fetched
+    except Exception as err:  # noqa: BLE001 - a Hub id that cannot be fetched: one line naming the flag
+        from casu_dataset.hub import is_network_error
+        if not isinstance(err, (ConnectionError, OSError)) and not is_network_error(err):
+            raise
         if is_local(dataset):
             raise DatasetError(str(err)) from None
         offline = " (HF_HUB_OFFLINE=1: offline, only cached datasets load)" \
@@ -133,7 +177,21 @@ def run_config(tasks, conditions, *, scene_hint, scoring, circular, batch_size, 
             "num_fewshot": 0, "fewshot_as_multiturn": False}
 
 
-def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all", dataset: str = "casu_mini",
+def _seed(seed, random_seed, numpy_random_seed, torch_random_seed) -> int:
+    """CASU's one seed (numpy, torch, the bootstrap, the random baseline): `seed`, or lm-eval's
+    `random_seed`; lm-eval's numpy/torch seeds must agree with it (CASU does not seed them apart)."""
+    if random_seed is not None:
+        if seed not in (0, None) and seed != random_seed:
+            raise UsageError(f"random_seed={random_seed!r} and seed={seed!r}: give one (they are the same seed)")
+        seed = random_seed
+    for name, v in (("numpy_random_seed", numpy_random_seed), ("torch_random_seed", torch_random_seed)):
+        if v is not None and v != seed:
+            raise UsageError(f"{name}={v!r}: CASU seeds numpy and torch with its one seed ({seed!r}); give the same "
+                             "value or leave it out")
+    return seed
+
+
+def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", dataset: str = "casu_mini",
                     conditions="full", limit: int | None = None, output_path: str | Path | None = None,
                     log_samples: bool = False, include_path: list | None = None, batch_size: int = 1,
                     seed: int = 0, scene_hint: bool = False, scoring: str = "auto", circular: bool = False,
@@ -142,19 +200,35 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
                     on_cleaned=None, gen_kwargs: str | dict | None = None,
                     hf_hub_log_args: str | dict | None = None, system_instruction: str | None = None,
                     apply_chat_template: bool | str | None = None, num_fewshot: int | None = None,
-                    fewshot_as_multiturn: bool = False) -> Results:
-    """Evaluate `model` (a registered name or module:Class) on `tasks` ("all", a tag, a comma list,
-    a list of names or of TaskConfig) over a built `dataset` folder or Hub repo.
+                    fewshot_as_multiturn: bool = False, *, random_seed: int | None = None,
+                    numpy_random_seed: int | None = None, torch_random_seed: int | None = None,
+                    fewshot_random_seed: int | None = None, bootstrap_iters: int | None = None,
+                    predict_only: bool = False, use_cache: str | None = None, write_out: bool = False,
+                    evaluation_tracker=None, verbosity: str | None = None) -> Results:
+    """Evaluate `model` (a registered name, `module:Class`, or an already built adapter: a notebook
+    loads a 7B model once and passes it to every call) on `tasks` ("all", a tag, a comma list, a
+    list of names or of TaskConfig) over a built `dataset` folder or Hub repo. Returns `Results`:
+    lm-eval's results dict (`res["results"][task]["acc,none"]`) with CASU's document beside it.
 
-    `output_path`: also write results_<date>.json, results.md, plots (and sample logs with
-    `log_samples`) there, as the CLI does; `cache`: the response cache file (default
+    `output_path`: also write the run's files there, as the CLI does (a folder; lm-eval's
+    `results_<date>.json`, CASU's `casu_results_<date>.json`, report, plots, and with
+    `log_samples` both kinds of sample logs); `cache`: the response cache file (default
     <output_path>/cache.sqlite with an output path, else none; "off": none).
     `limit`: an int (samples per task) or a fraction in (0, 1); `batch_size`: an int or "auto";
     `gen_kwargs`: "k=v,..." or a dict merged over each task's generation settings.
     `system_instruction`: every request's system turn; `apply_chat_template`: True or a template
     name (see `Adapter.set_chat_template`); `num_fewshot`: 0 only and `fewshot_as_multiturn`: False
-    only (CASU tasks are zero-shot), accepted for lm-eval parity."""
+    only (CASU tasks are zero-shot), accepted for lm-eval parity.
+
+    lm-eval's keywords: `random_seed` (= `seed`; `numpy_random_seed` / `torch_random_seed` must
+    equal it), `fewshot_random_seed` (recorded; zero-shot), `bootstrap_iters` (resamples of every
+    interval, default 1000; 0: no intervals, stderr "N/A"), `predict_only` (the model's outputs
+    and sample logs, no metrics; implies `log_samples`), `use_cache` (a response cache file, as
+    `cache`), `write_out` (print each task's first prompt), `evaluation_tracker` (lm-eval's
+    EvaluationTracker: its `general_config_tracker.log_experiment_args` is called as lm-eval does,
+    and its `output_path` is used when `output_path` is not given), `verbosity` (log level)."""
     from . import flags, push
+    from . import metrics as M
     from .evaluate import EvalOptions, evaluate
     from .metrics import JudgeEventMatcher
     from .parsing import LLMJudge
@@ -162,6 +236,27 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
     from .runner import distributed_state
     from model_adapters.registry import get_adapter, make_adapter
 
+    started = time.time()
+    set_verbosity(verbosity)
+    given = model if isinstance(model, Adapter) else None
+    if given is None and not isinstance(model, str):
+        raise UsageError(f"model={type(model).__name__}: give an adapter name (see `python -m harness list`), "
+                         "module:Class, or a model_adapters.Adapter instance")
+    if given is not None and (model_args not in (None, "", {}) or device is not None):
+        raise UsageError(f"model_args/device with an adapter instance ({given.name}): it is already built with "
+                         f"{given.model_args}; give a name and model_args instead, or leave them out")
+    if bootstrap_iters is not None and (not isinstance(bootstrap_iters, int) or isinstance(bootstrap_iters, bool)
+                                        or bootstrap_iters < 0):
+        raise UsageError(f"bootstrap_iters={bootstrap_iters!r}: an integer >= 0 (0: no intervals)")
+    if use_cache is not None:
+        if cache is not None and cache != use_cache:
+            raise UsageError(f"use_cache={use_cache!r} and cache={cache!r}: give one (the response cache file)")
+        cache = str(use_cache)
+    if evaluation_tracker is not None and output_path is None:
+        output_path = getattr(evaluation_tracker, "output_path", None) or None
+    if predict_only:
+        log_samples = True
+    seed = _seed(seed, random_seed, numpy_random_seed, torch_random_seed)
     task_list = _tasks(tasks, include_path)  # TaskConfigError
     try:
         gen_kw = flags.parse_gen_kwargs(gen_kwargs)
@@ -173,8 +268,11 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
         template_choice = flags.parse_chat_template(apply_chat_template)
         flags.check_fewshot(num_fewshot, fewshot_as_multiturn)
         conds = _conditions(conditions)
-        raw_args = parse_model_args(model_args, raw=True) if isinstance(model_args, str) or model_args is None \
-            else dict(model_args)
+        if given is not None:
+            raw_args = dict(given.model_args)
+        else:
+            raw_args = parse_model_args(model_args, raw=True) if isinstance(model_args, str) or model_args is None \
+                else dict(model_args)
     except ModelArgsError:
         raise
     except ValueError as err:
@@ -194,16 +292,27 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
     except ValueError as err:
         raise UsageError(str(err)) from None
     batch_n, shrink = flags.resolve_batch_size(batch_size, str(raw_args.get("device") or "cpu"))
-    cls = get_adapter(model)  # AdapterError: unknown model
-    checked_args = check_model_args(cls, model, raw_args)  # ModelArgsError (a usage error)
+    if given is None:
+        cls = get_adapter(model)  # AdapterError: unknown model
+        checked_args = check_model_args(cls, model, raw_args)  # ModelArgsError (a usage error)
+    else:
+        checked_args = raw_args
     check_paths(None if output_path is None else str(output_path), cache)
+    log.info("tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [c.name for c in conds], dataset)
     data = _open_data(str(dataset), task_list, seed)
-    try:
-        adapter = make_adapter(model, checked_args)
-    except ModelArgsError:
-        raise
-    except ValueError as err:  # the adapter refused its arguments while loading
-        raise AdapterError(str(err)) from None
+    if given is not None:
+        adapter = given
+        if not isinstance(template_choice, str):
+            adapter.chat_template_name = None  # a name chosen by an earlier call does not carry over
+    else:
+        try:
+            adapter = make_adapter(model, checked_args)
+        except ModelArgsError:
+            raise
+        except ValueError as err:  # the adapter refused its arguments while loading
+            raise AdapterError(str(err)) from None
+    name = adapter.name if given is not None else model
+    log.info("model %s (%s), fingerprint %s", name, checked_args, adapter.fingerprint)
     try:  # a NAME is checked against the processor's templates (no weights are loaded)
         template = adapter.set_chat_template(template_choice)
     except ValueError as err:
@@ -214,18 +323,42 @@ def simple_evaluate(model: str, model_args: str | dict | None = None, tasks="all
                        scoring=scoring, circular=circular, seed=seed, probe=probe,
                        judge=LLMJudge(backend) if backend else None,
                        event_matcher=JudgeEventMatcher(backend) if backend else None,
-                       bert_model=bert_model, progress=progress, system_instruction=system)
-    ev = evaluate(adapter, task_list, data, opts, cache_obj)
+                       bert_model=bert_model, progress=progress, system_instruction=system,
+                       predict_only=predict_only)
+    token = M.BOOTSTRAP_ITERS.set(M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters)
+    try:
+        ev = evaluate(adapter, task_list, data, opts, cache_obj)
+    finally:
+        M.BOOTSTRAP_ITERS.reset(token)
+    ended = time.time()
+    if write_out:
+        for t, recs in ev["samples"].items():
+            if recs:
+                print(f"--- {t}: first prompt ({recs[0]['id']}, {recs[0]['condition']}) ---\n{recs[0]['prompt']}")
     dist = distributed_state()
-    info = {"name": model, "args": checked_args, "info": adapter.info(), "fingerprint": adapter.fingerprint}
+    info = {"name": name, "args": checked_args, "info": adapter.info(), "fingerprint": adapter.fingerprint,
+            "meta": adapter.model_meta(), "tokenizer": adapter.tokenizer_info(),
+            "chat_template": adapter.chat_template_text()}
     config = run_config(task_list, conds, scene_hint=scene_hint, scoring=scoring, circular=circular,
                         batch_size=batch_size, limit=limit, seed=seed,
                         judge_fp=backend.fingerprint if backend else None, gen_kwargs=gen_kw,
                         hf_hub_log_args=log_args, system_instruction=system, chat_template=template)
-    doc = document(ev, info, config, {"path": str(dataset)})
-    res = Results(doc, ev["samples"], main_process=dist is None or dist.is_main_process)
+    config.update(bootstrap_iters=M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters,
+                  use_cache=cache if cache not in (None, "off") else
+                  (os.path.join(str(output_path), "cache.sqlite") if output_path is not None and cache is None
+                   else None),
+                  predict_only=bool(predict_only), fewshot_random_seed=fewshot_random_seed)
+    doc = document(ev, info, config, {"path": str(dataset)}, run_times={"start": started, "end": ended})
+    res = Results(doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=log_samples)
+    tracker = getattr(evaluation_tracker, "general_config_tracker", None)
+    if tracker is not None and hasattr(tracker, "log_experiment_args"):  # as lm-eval's simple_evaluate does
+        tracker.log_experiment_args(model_source=name, model_args=res["config"]["model_args"],
+                                    system_instruction=system, chat_template=res["chat_template"],
+                                    fewshot_as_multiturn=bool(fewshot_as_multiturn))
     if output_path is not None and res.main_process:
         res.path = write_outputs(doc, ev["samples"] if log_samples else None, Path(output_path))
+        res["casu"]["document"] = res.path.name
+        log.info("wrote %s", res.path)
         res.pushed = push.push_after_run(res.path, log_args, token=os.environ.get("HF_TOKEN"))  # never raises
     return res
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -12,6 +13,8 @@ from .conditions import FULL, Condition
 from .data import CasuData
 from .runner import RunState, Unit, make_units, run_units, score_unit, settings_for
 from .task_config import TaskConfig
+
+log = logging.getLogger("harness.evaluate")
 
 
 @dataclass
@@ -31,6 +34,7 @@ class EvalOptions:
     bert_model: str | None = None
     progress: bool = True
     system_instruction: str | None = None  # --system_instruction: every request's system turn
+    predict_only: bool = False  # lm-eval's predict_only: outputs (and parsed answers), no metrics
 
 
 def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOptions, cache, base_key, state) -> dict:
@@ -190,8 +194,14 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         all_units.extend(units)
         counts[t.task] = {"config": t.dataset_config, "split": t.split, "rows": rows, "samples": len(samples),
                           "requests": len(units)}
+    for name, c in counts.items():
+        log.info("%s: %d of %d rows (%s/%s), %d requests", name, c["samples"], c["rows"], c["config"], c["split"],
+                 c["requests"])
+    log.info("dataset fingerprint %s; audio probe %s; %d requests, batch size %d", ds_fp, probe.get("status"),
+             len(all_units), opts.batch_size)
     outputs = run_units(all_units, adapter, data, cache, opts.batch_size, state, opts.progress, opts.shrink_on_oom)
     t_run = time.perf_counter() - t0
+    log.info("inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits)
     results, samples_out, errors = {}, {}, []
     for t in tasks:
         results[t.task] = {}
@@ -202,7 +212,10 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
                 if r.get("error") is not None:
                     errors.append({"task": t.task, "condition": c.name, "id": r["id"], "rotation": r["rotation"],
                                    "error": r["error"]})
-            if t.output_type == "multiple_choice":
+            if opts.predict_only:
+                n_err = sum(r.get("error") is not None for r in recs)
+                results[t.task][c.name] = {"n": len(recs) - n_err, "n_errors": n_err, "predict_only": True}
+            elif t.output_type == "multiple_choice":
                 results[t.task][c.name] = _mcq_metrics(recs, t, opts.circular, opts.seed)
             else:
                 results[t.task][c.name], recs = _text_metrics(recs, t, opts)

@@ -1,15 +1,22 @@
-"""The results document in lm-eval's output shape, for tools that read lm-eval results
-(`results[task]["acc,none"]`, `"acc_stderr,none"`, `versions`, `n-shot`, `configs`, `config`).
+"""The results in lm-eval's own output schema (lm_eval/result_schema.py, lm-eval 0.4.x), for the
+tools that read lm-eval output: `results_<stamp>.json` (what EvaluationTracker.save_results_aggregated
+writes: simple_evaluate's dict plus `task_hashes` and the GeneralConfigTracker fields) and
+`samples_<task>_<stamp>.jsonl` (save_results_samples' lines: doc_id, doc, target, arguments,
+resps, filtered_resps, filter, metrics, doc_hash, prompt_hash, target_hash and each metric).
+CASU's own, richer document is `casu_results_<stamp>.json` beside them (and its sample records
+`casu_samples_<task>_<stamp>.jsonl`): names lm-eval's globs (`/results_`, `/samples_`) never match.
 
-Written beside the project's own results JSON as `lm_eval_<stamp>.json` (the project's schema
-keeps `results`, `versions` and `config` with its own meaning). Keys are `<metric>,<filter>`:
-the full-audio condition is lm-eval's `none` filter; the layer ablations are filters named by
-their condition (`acc,P__`). Values keep the project's scale (accuracy 0-1, BLEU-4 0-100);
-`_stderr` is the half-width of the project's 95% CI divided by 1.96 (the CI is a bootstrap,
-resampled by contrast family where there are families), "N/A" where there is no CI."""
+Metric keys are `<metric>,<filter>`: the full-audio condition is lm-eval's `none` filter; the
+layer ablations are filters named by their condition (`acc,P__`). Values keep the project's scale
+(accuracy 0-1, BLEU-4 0-100); `_stderr` is the half-width of the project's 95% CI divided by
+1.96 (the CI is a bootstrap, resampled by contrast family where there are families), "N/A"
+where there is no CI. Where lm-eval writes a field CASU cannot know the same way, the field
+keeps lm-eval's type and says so (see harness/RESULTS.md)."""
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 
 from casu_dataset.contract import FULL_CONDITION
 
@@ -17,6 +24,22 @@ from casu_dataset.contract import FULL_CONDITION
 METRICS = {"accuracy": "acc", "family_accuracy": "family_acc", "circular_accuracy": "circular_acc",
            "paired_accuracy": "paired_acc", "bleu4": "bleu", "bertscore": "bertscore", "event_match": "event_match",
            "one_minus_wer": "one_minus_wer"}
+# per-sample values of a scene description record -> lm-eval metric name
+SAMPLE_METRICS = {"bertscore_f1": "bertscore", "event_match": "event_match", "one_minus_wer": "one_minus_wer"}
+
+
+def hash_string(text: str) -> str:
+    """lm_eval.utils.hash_string."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sanitize_model_name(name: str) -> str:
+    """lm_eval.utils.sanitize_model_name."""
+    return re.sub(r"[\"<>:/|\\?*\[\]]+", "__", name)
+
+
+def filter_name(condition: str) -> str:
+    return "none" if condition == FULL_CONDITION else condition
 
 
 def _stderr(m: dict):
@@ -25,9 +48,13 @@ def _stderr(m: dict):
 
 
 def task_results(task: str, conds: dict) -> dict:
-    out: dict = {"alias": task}
+    first = conds.get(FULL_CONDITION) or next(iter(conds.values()), {})
+    out: dict = {"name": task, "alias": task, "sample_len": first.get("n", 0)}
     for cond, m in conds.items():
-        filt = "none" if cond == FULL_CONDITION else cond
+        filt = filter_name(cond)
+        if m.get("predict_only"):  # lm-eval's predict_only: its "bypass" metric
+            out[f"bypass,{filt}"] = 999
+            out[f"bypass_stderr,{filt}"] = "N/A"
         for ours, theirs in METRICS.items():
             v = (m.get(ours) or {}) if isinstance(m.get(ours), dict) else None
             if not v or v.get("value") is None:
@@ -37,15 +64,142 @@ def task_results(task: str, conds: dict) -> dict:
     return out
 
 
+def _metric_names(res: dict) -> list[str]:
+    """The lm-eval metric names present in a task's results (`acc` from `acc,none`)."""
+    names = []
+    for k in res:
+        if "," in k and "_stderr," not in k:
+            m = k.split(",", 1)[0]
+            if m not in names:
+                names.append(m)
+    return names
+
+
+# -- per-sample lines ---------------------------------------------------------------------------
+
+def _doc(r: dict) -> dict:
+    """The document a CASU record answers (lm-eval's `doc`): the question row without its audio."""
+    d = {"id": r["id"], "scene_id": r.get("scene_id"), "question": r.get("question"), "options": r.get("options")
+         or [], "answer": r.get("answer"), "place": r.get("place")}
+    for k in ("family_id", "variant", "family_shape"):
+        if r.get(k):
+            d[k] = r[k]
+    if "reference" in r:
+        d["reference"] = r["reference"]
+    return d
+
+
+def _sanitize(x):
+    """lm_eval.loggers.utils' sanitize_list: every leaf as a string."""
+    if isinstance(x, (list, tuple)):
+        return [_sanitize(v) for v in x]
+    return str(x)
+
+
+def sample_lines(task: str, records: list[dict], generation: dict | None = None) -> list[dict]:
+    """lm-eval's sample lines of one task from CASU's records: one per question and condition
+    (filter), its rotations (--circular) as further requests; doc_id is the question's index
+    among the evaluated questions of the task, in dataset order."""
+    order: dict[str, int] = {}
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        order.setdefault(r["id"], len(order))
+        groups.setdefault((r["condition"], r["id"]), []).append(r)
+    out = []
+    for (cond, qid), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r.get("rotation", 0))
+        r0 = rs[0]
+        mcq = bool(r0.get("options"))  # scene description requests have no options (also when they failed)
+        doc = _doc(r0)
+        target = r0.get("answer") if mcq else (r0.get("reference") or "")  # a failed request has no reference
+        args, resps, filtered = {}, [], []
+        for r in rs:
+            if r.get("mode") == "loglikelihood":
+                base = len(args)
+                for j, opt in enumerate(r.get("options") or []):
+                    args[f"gen_args_{base + j}"] = {"arg_0": r["prompt"], "arg_1": opt}
+                # lm-eval's (log-likelihood, is_greedy); CASU does not compute is_greedy: "None"
+                scores = r.get("scores") or [None] * len(r.get("options") or [])
+                resps += [[[str(s), "None"]] for s in scores]
+                filtered += [[str(s), "None"] for s in scores]
+            else:
+                args[f"gen_args_{len(args)}"] = {"arg_0": r["prompt"], "arg_1": json.dumps(generation or {})}
+                resps.append([str(r.get("response", ""))])
+                # the filter is CASU's answer parser: the letter it read ("" when unparsed)
+                filtered.append(str(r.get("parsed") or "") if mcq else str(r.get("response", "")))
+        metrics: dict = {}
+        if mcq:
+            metrics["acc"] = float(bool(r0.get("correct")) and "error" not in r0)
+            if len(rs) > 1:
+                metrics["circular_acc"] = float(all(bool(r.get("correct")) and "error" not in r for r in rs))
+        else:
+            for ours, theirs in SAMPLE_METRICS.items():
+                if isinstance(r0.get(ours), (int, float)):
+                    metrics[theirs] = float(r0[ours])
+        line = {"doc_id": order[qid], "doc": doc, "target": str(target), "arguments": args, "resps": resps,
+                "filtered_resps": filtered, "filter": filter_name(cond), "metrics": list(metrics),
+                "doc_hash": hash_string(json.dumps(doc, indent=2, ensure_ascii=False)),
+                "prompt_hash": hash_string(r0["prompt"]), "target_hash": hash_string(str(target))}
+        line.update(metrics)
+        out.append(line)
+    return out
+
+
+def task_hash(lines: list[dict]) -> str:
+    """EvaluationTracker's per-task hash over its sample lines."""
+    return hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in lines))
+
+
+# -- the aggregated results --------------------------------------------------------------------
+
+def model_name(model: dict) -> str:
+    """lm-eval's model_name: the checkpoint (`pretrained=`, an API's `model=`), else the adapter name."""
+    from .results import checkpoint
+    return checkpoint(model) or model["name"]
+
+
+def config_block(doc: dict) -> dict:
+    """lm-eval's `config` (model, model_args, model_num_parameters, model_dtype, model_revision,
+    model_sha, batch_size, batch_sizes, device, use_cache, limit, bootstrap_iters, gen_kwargs,
+    random_seed, numpy_seed, torch_seed, fewshot_seed), then CASU's own run settings."""
+    cfg = doc.get("config") or {}
+    model = doc["model"]
+    meta = model.get("meta") or {}
+    lm = {
+        "model": model["name"],
+        "model_args": ",".join(f"{k}={v}" for k, v in (model.get("args") or {}).items()),
+        **{k: meta[k] for k in ("model_num_parameters", "model_dtype", "model_revision", "model_sha") if k in meta},
+        "batch_size": None if cfg.get("batch_size") is None else str(cfg["batch_size"]),  # lm-eval: a string
+        "batch_sizes": [],
+        "device": (model.get("args") or {}).get("device"),
+        "use_cache": cfg.get("use_cache"),
+        "limit": cfg.get("limit"),
+        "bootstrap_iters": cfg.get("bootstrap_iters"),
+        "gen_kwargs": cfg.get("gen_kwargs") or None,
+        "random_seed": cfg.get("seed"),
+        "numpy_seed": cfg.get("seed"),
+        "torch_seed": cfg.get("seed"),
+        "fewshot_seed": cfg["fewshot_random_seed"] if cfg.get("fewshot_random_seed") is not None else cfg.get("seed"),
+    }
+    # CASU's run settings after lm-eval's (tasks, task_configs, conditions, scene_hint, ...)
+    return {**lm, **{k: v for k, v in cfg.items() if k not in lm}}
+
+
 def view(doc: dict) -> dict:
-    """lm-eval's results JSON for one run of the project's document `doc`."""
+    """lm-eval's results JSON for one run of the project's document `doc` (without `samples`)."""
     cfg = doc.get("config") or {}
     model = doc["model"]
     tasks = list(doc["results"])
     per_task = (doc.get("evaluated") or {}).get("per_task") or {}
     from .results import run_key
-    return {
-        "results": {t: task_results(t, c) for t, c in doc["results"].items()},
+    results = {t: task_results(t, c) for t, c in doc["results"].items()}
+    times = doc.get("run_times") or {}
+    env = doc.get("env") or {}
+    tok = model.get("tokenizer") or {}
+    template = model.get("chat_template")
+    name = model_name(model)
+    out = {
+        "results": results,
         "groups": {},
         "group_subtasks": {t: [] for t in tasks},
         "configs": {t: dict((cfg.get("task_configs") or {}).get(t) or {}, task=t,
@@ -53,37 +207,39 @@ def view(doc: dict) -> dict:
                     for t in tasks},
         "versions": {t: (cfg.get("task_versions") or {}).get(t) for t in tasks},
         "n-shot": {t: 0 for t in tasks},  # CASU questions are zero-shot
-        "higher_is_better": {t: {v: True for v in METRICS.values()} for t in tasks},
+        "higher_is_better": {t: {m: True for m in _metric_names(results[t])} for t in tasks},
         "n-samples": {t: {"original": (per_task.get(t) or {}).get("rows"),
                           "effective": (per_task.get(t) or {}).get("samples")} for t in tasks},
-        "config": {
-            "model": model["name"],
-            "model_args": ",".join(f"{k}={v}" for k, v in (model.get("args") or {}).items()),
-            "batch_size": cfg.get("batch_size"),
-            "batch_sizes": [],
-            "device": (model.get("args") or {}).get("device"),
-            "use_cache": None,
-            "limit": cfg.get("limit"),
-            "bootstrap_iters": None,
-            "gen_kwargs": cfg.get("gen_kwargs") or None,
-            "random_seed": cfg.get("seed"),
-            "numpy_seed": cfg.get("seed"),
-            "torch_seed": cfg.get("seed"),
-            "fewshot_seed": None,
-        },
-        # lm-eval's run-level prompt settings; the template is named, not inlined (the adapter's
-        # fingerprint covers its text), so there is no chat_template_sha here
-        "system_instruction": cfg.get("system_instruction"),
-        "system_instruction_sha": hashlib.sha256(cfg["system_instruction"].encode()).hexdigest()
-        if cfg.get("system_instruction") else None,
-        "chat_template": cfg.get("chat_template_name"),
-        "apply_chat_template": cfg.get("apply_chat_template"),
-        "fewshot_as_multiturn": bool(cfg.get("fewshot_as_multiturn")),
+        "config": config_block(doc),
         "git_hash": doc.get("git_hash"),
-        "date": doc.get("date"),
-        "model_name": model["name"],
-        "model_name_sanitized": run_key(model),
+        "date": times.get("start"),  # lm-eval: the UNIX time the evaluation started (a float)
+        "pretty_env_info": env.get("pretty_env_info"),
         "transformers_version": (doc.get("versions") or {}).get("transformers"),
-        "casu": {"schema_version": doc.get("schema_version"), "dataset": doc.get("dataset"),
-                 "conditions": cfg.get("conditions"), "status": doc.get("status")},
+        "upper_git_hash": env.get("upper_git_hash"),
+        **{k: tok[k] for k in ("tokenizer_pad_token", "tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id",
+                               "max_length") if k in tok},
+        "task_hashes": doc.get("task_hashes") or {},
+        # EvaluationTracker's GeneralConfigTracker
+        "model_source": model["name"],
+        "model_name": name,
+        "model_name_sanitized": sanitize_model_name(name),
+        "system_instruction": cfg.get("system_instruction"),
+        "system_instruction_sha": hash_string(cfg["system_instruction"]) if cfg.get("system_instruction") else None,
+        "fewshot_as_multiturn": bool(cfg.get("fewshot_as_multiturn")),
+        "chat_template": template,
+        "chat_template_sha": hash_string(template) if template else None,
+        "start_time": times.get("start"),
+        "end_time": times.get("end"),
+        "total_evaluation_time_seconds": (str(times["end"] - times["start"])
+                                          if times.get("start") is not None and times.get("end") is not None
+                                          else None),
+        # CASU's extras: its own document, what was evaluated, the headline metric
+        "casu": {"schema_version": doc.get("schema_version"), "date": doc.get("date"), "dataset": doc.get("dataset"),
+                 # the lead's dataset identity (lock hash + question-config hashes), when the document has it
+                 "dataset_identity": doc.get("dataset_identity"),
+                 "conditions": cfg.get("conditions"), "status": doc.get("status"), "n_errors": doc.get("n_errors"),
+                 "run_folder": run_key(model), "document": doc.get("casu_document"),
+                 "chat_template_name": cfg.get("chat_template_name"),
+                 "apply_chat_template": cfg.get("apply_chat_template")},
     }
+    return out

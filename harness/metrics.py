@@ -2,6 +2,7 @@
 scene-description metrics (BLEU-4, BERTScore, Event Match, 1 - WER)."""
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 from collections import defaultdict
@@ -10,12 +11,17 @@ import numpy as np
 
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
+# lm-eval's bootstrap_iters for the run in progress (simple_evaluate sets it): resamples of every
+# interval; 0 computes none (the intervals are None and lm-eval's stderr "N/A")
+BOOTSTRAP_ITERS: contextvars.ContextVar[int] = contextvars.ContextVar("bootstrap_iters", default=BOOTSTRAP)
 
 
-def bootstrap_ci(values, n_boot: int = BOOTSTRAP, seed: int = 0, stat=np.mean, level: float = 0.95):
-    """Percentile bootstrap interval of `stat` over per-sample values; None for no samples."""
+def bootstrap_ci(values, n_boot: int | None = None, seed: int = 0, stat=np.mean, level: float = 0.95):
+    """Percentile bootstrap interval of `stat` over per-sample values; None for no samples (or
+    bootstrap_iters=0)."""
+    n_boot = BOOTSTRAP_ITERS.get() if n_boot is None else n_boot
     v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
+    if v.size == 0 or n_boot == 0:
         return None
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, v.size, size=(n_boot, v.size))
@@ -39,7 +45,7 @@ def paired_accuracy(records: list[dict]) -> dict:
     return mean_with_ci(pairs)
 
 
-def family_bootstrap(records: list[dict], n_boot: int = BOOTSTRAP, seed: int = 0, level: float = 0.95) -> dict:
+def family_bootstrap(records: list[dict], n_boot: int | None = None, seed: int = 0, level: float = 0.95) -> dict:
     """Accuracy and family accuracy of contrast-family records, with intervals that resample
     whole families (a family's variants share speech, question and options, so they are
     correlated: resampling questions would make the intervals too narrow).
@@ -63,6 +69,12 @@ def family_bootstrap(records: list[dict], n_boot: int = BOOTSTRAP, seed: int = 0
                 "family_accuracy": {"value": None, "ci95": None, "n": 0, "families": 0,
                                     "note": "no family with all its variants evaluated"}}
     fam = per[:, 2].sum() / per[:, 3].sum()
+    n_boot = BOOTSTRAP_ITERS.get() if n_boot is None else n_boot
+    if n_boot == 0:  # bootstrap_iters=0: the values without intervals
+        return {"accuracy": {"value": float(acc), "ci95": None, "n": int(per[:, 1].sum()), "families": len(ids),
+                             "resampled": "families"},
+                "family_accuracy": {"value": float(fam), "ci95": None, "n": int(per[:, 3].sum()),
+                                    "families": len(ids), "chance": 1 / 256, "resampled": "families"}}
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(ids), size=(n_boot, len(ids)))
     s = per[idx].sum(axis=1)
@@ -95,7 +107,7 @@ def bleu4(hyps: list[str], refs: list[str]) -> float:
 
 def bleu4_ci(hyps, refs, seed: int = 0, n_boot: int = 200):
     n = len(hyps)
-    if n == 0:
+    if n == 0 or BOOTSTRAP_ITERS.get() == 0:
         return None
     rng = np.random.default_rng(seed)
     stats = []

@@ -1,8 +1,9 @@
 """Crash-safe output files: every file is written to a temp name beside it and renamed into
 place (os.replace), so a killed run never leaves a truncated file under a final name; the
 temp files of killed runs are removed at the start of the next run in that folder; and
-readers (`table`, `push`) only see complete runs: a results JSON that parses, says it is
-complete, and whose sample logs are all there with the recorded SHA-256."""
+readers (`table`, `push`) only see complete runs: CASU's results JSON (`casu_results_*.json`;
+`results_*.json` before issue 25, now lm-eval's file) that parses, says it is complete, and whose
+sample logs are all there with the recorded SHA-256."""
 from __future__ import annotations
 
 import hashlib
@@ -70,20 +71,34 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
         return None, [], ("not marked complete (written by a killed run or an older harness: rerun the same "
                           "command; cached outputs make it fast)")
     logs = []
-    for task, rec in (doc.get("sample_logs") or {}).items():
-        p = results_json.parent / rec["file"]
-        if not p.is_file():
-            return None, [], f"sample log {rec['file']} is missing"
-        if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
-            return None, [], f"sample log {rec['file']} is not the one this run wrote (truncated or replaced)"
-        logs.append(p)
+    for key in ("sample_logs", "lm_eval_sample_logs"):  # CASU's sample records, then lm-eval's lines
+        for task, rec in (doc.get(key) or {}).items():
+            p = results_json.parent / rec["file"]
+            if not p.is_file():
+                return None, [], f"sample log {rec['file']} is missing"
+            if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
+                return None, [], f"sample log {rec['file']} is not the one this run wrote (truncated or replaced)"
+            logs.append(p)
     return doc, logs, None
+
+
+def _is_lm_eval_file(path: Path) -> bool:
+    """A `results_*.json` in lm-eval's schema (written beside CASU's own `casu_results_*.json`
+    since issue 25); an older harness wrote CASU's document under that name (top-level
+    `schema_version`). A file that does not parse is not lm-eval's: it is reported as skipped."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and "schema_version" not in doc and "results" in doc
 
 
 def complete_runs(output_path: str | Path) -> tuple[list[tuple[Path, dict, list[Path]]], list[tuple[Path, str]]]:
     """Every complete run under an output folder (oldest first per model) and the skipped ones with why."""
     runs, skipped = [], []
-    for f in sorted(Path(output_path).glob("*/results_*.json")):
+    root = Path(output_path)
+    old = [f for f in root.glob("*/results_*.json") if not _is_lm_eval_file(f)]  # older harness versions
+    for f in sorted([*root.glob("*/casu_results_*.json"), *old]):
         doc, logs, why = check_run(f)
         if why:
             skipped.append((f, why))
@@ -93,7 +108,7 @@ def complete_runs(output_path: str | Path) -> tuple[list[tuple[Path, dict, list[
 
 
 INCOMPLETE_DIR = "incomplete"
-_STAMPED = re.compile(r"^(?:samples_.+|results|lm_eval|accuracy_by_task|ablation_heatmap)_"
+_STAMPED = re.compile(r"^(?:casu_samples_.+|samples_.+|casu_results|results|lm_eval|accuracy_by_task|ablation_heatmap)_"
                       r"(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:_\d+)?)\.(?:jsonl|json|md|png)$")
 WRITER_MARK = ".writing-"  # `.writing-<stamp>-<host>-<pid>`: a run is writing that stamp's files
 
@@ -113,8 +128,10 @@ def set_aside_orphans(model_dir: Path) -> list[Path]:
             live.add(stamp)
         elif h == host:
             m.unlink(missing_ok=True)  # its writer is gone
-    done = {f.name[len("results_"):-len(".json")] for f in model_dir.glob("results_*.json")
+    done = {f.name[len("casu_results_"):-len(".json")] for f in model_dir.glob("casu_results_*.json")
             if check_run(f)[0] is not None}
+    done |= {f.name[len("results_"):-len(".json")] for f in model_dir.glob("results_*.json")  # older harness
+             if not _is_lm_eval_file(f) and check_run(f)[0] is not None}
     moved = []
     for f in sorted(model_dir.iterdir()):
         m = _STAMPED.match(f.name)

@@ -1,8 +1,8 @@
 """The leaderboard path.
 
 `push`: one checkpoint's latest FULL run (never a --limit run) to a Hub results dataset, in
-lm-eval's tracker layout (`<checkpoint>/results_<date>.json`, `lm_eval_<date>.json`,
-`samples_<task>_<date>.jsonl`), private unless --public, with a results card (README.md: table 1
+lm-eval's tracker layout (`<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in
+lm-eval's schema, CASU's `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl` beside them), private unless --public, with a results card (README.md: table 1
 of the latest full run of every checkpoint under the output folder).
 
 `push_after_run`: lm-eval's `--hf_hub_log_args push_results_to_hub=true`: the run just written,
@@ -38,7 +38,7 @@ def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Pat
         skipped.extend(bad)
     if not good:
         why = "; ".join(f"{f.relative_to(root)}: {w}" for f, w in bad)
-        raise PushError(f"--output_path {root}: no complete results_*.json under it "
+        raise PushError(f"--output_path {root}: no complete results (casu_results_*.json) under it "
                         f"({'skipped ' + why if why else 'run an evaluation first'})")
     return good
 
@@ -106,7 +106,8 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
     ops = hub.folder_operations(f.parent, logs, prefix=f"{run_key(doc['model'])}/")
     card = "\n".join(["---", "pretty_name: CASU sample logs", "tags:", "- casu", "- evaluation", "---", "",
                       f"# CASU sample logs ({details_repo})", "",
-                      "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl`) of the "
+                      "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in lm-eval's "
+                      "schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
                       f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).", ""])
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
     return ops
@@ -120,8 +121,9 @@ def results_card(output_path: str | Path, repo: str) -> str:
         "---", "pretty_name: CASU results", "tags:", "- casu", "- evaluation", "- audio", "---", "",
         f"# CASU results ({repo})", "",
         "Results of the CASU harness (`python -m harness`), one folder per checkpoint "
-        "(`<adapter>__<checkpoint>/results_<date>.json`, the lm-eval view `lm_eval_<date>.json`, and "
-        "per-sample logs). Only full runs are pushed (never `--limit` subsets).", "",
+        "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's schema, "
+        "CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only full runs are "
+        "pushed (never `--limit` subsets).", "",
         "## Table 1 (all layers, each checkpoint's latest full run)", "", table1(*docs), "",
         "BLEU-4 on 0-100; BERTScore F1, Event Match and 1 - WER on 0-1; accuracies in %.", ""])
 
@@ -255,12 +257,15 @@ def _metric(task: str, m: dict) -> tuple[str, float] | None:
     return None
 
 
-def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[dict]:
+def eval_results_entries(doc: dict, dataset_id: str, source_url: str, proposed_for: str | None = None) -> list[dict]:
     """One entry per task at full audio, on a 0-100 scale, with the settings in `notes` and the
-    same `evaluation_framework` as the dataset's eval.yaml."""
+    same `evaluation_framework` as the dataset's eval.yaml; `proposed_for`: the model repo a run of
+    another checkpoint is proposed for by explicit override (said in every entry's notes)."""
     from .results import checkpoint
     cfg = doc.get("config") or {}
     ck = checkpoint(doc["model"])
+    override = (f"; OVERRIDE: checkpoint {ck or '(none)'} proposed for {proposed_for} with --allow_other_checkpoint"
+                if proposed_for else "")
     out = []
     for task, conds in doc["results"].items():
         m = conds.get(FULL_CONDITION)
@@ -272,25 +277,52 @@ def eval_results_entries(doc: dict, dataset_id: str, source_url: str) -> list[di
                  + f"; scoring {(doc.get('scoring') or {}).get(task)}; generation "
                  f"{(doc.get('generation') or {}).get(task)}; conditions full ({FULL_CONDITION}); "
                  f"scene_hint {cfg.get('scene_hint')}; circular {cfg.get('circular')}; seed {cfg.get('seed')}; "
-                 f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}")
+                 f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}"
+                 + override)
         out.append({"dataset": {"id": dataset_id, "task_id": task}, "value": value, "date": doc["date"][:10],
                     "source": {"url": source_url, "name": "CASU harness"},
                     "evaluation_framework": EVAL_FRAMEWORK, "notes": notes})
     return out
 
 
+def same_repo(checkpoint: str | None, repo: str) -> bool:
+    """Whether a run's checkpoint (--model_args pretrained=) is the Hub repo `repo` (repo ids are
+    case-insensitive on the Hub); a local path or no checkpoint never is."""
+    return bool(checkpoint) and checkpoint.strip().strip("/").lower() == repo.lower()
+
+
 def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: str | None = None,
-                    checkpoint: str | None = None, token: str | None = None, dry_run: bool = False, api=None) -> dict:
+                    checkpoint: str | None = None, token: str | None = None, dry_run: bool = False, api=None,
+                    allow_other_checkpoint: bool = False) -> dict:
     """Open a pull request on `model_repo` adding `.eval_results/casu.yaml` for one checkpoint's
-    latest full run; returns {"yaml", "pr_url"}."""
+    latest full run (default: the run of `model_repo` itself); returns {"yaml", "pr_url"}.
+
+    A run whose checkpoint is not `model_repo` (another repo, a local folder, a baseline without
+    one) is refused unless `allow_other_checkpoint` (the same weights under another name), which
+    every entry's notes record."""
     from huggingface_hub import CommitOperationAdd
+
+    from .results import checkpoint as ck_of
     try:
         hub.check_repo_id(model_repo, "--model_repo")
         hub.check_repo_id(dataset_id, "--dataset_id")
     except hub.HubError as err:
         raise PushError(str(err)) from None
+    if checkpoint is None:  # the target repo's own run, when the folder has one
+        from .results import latest_runs, run_key
+        own = [r for r in latest_runs(output_path) if same_repo(ck_of(r[1]["model"]), model_repo)]
+        checkpoint = run_key(own[0][1]["model"]) if len(own) == 1 else None
     f, doc, _ = select_run(output_path, checkpoint)
-    entries = eval_results_entries(doc, dataset_id, source_url or f"https://huggingface.co/datasets/{dataset_id}")
+    ck = ck_of(doc["model"])
+    mismatch = not same_repo(ck, model_repo)
+    if mismatch and not allow_other_checkpoint:
+        what = f"checkpoint {ck!r}" if ck else "no checkpoint (a baseline)"
+        raise PushError(f"--model_repo {model_repo}: the run {f} evaluated --model {doc['model']['name']} with {what}, "
+                        f"not {model_repo}; its scores are not {model_repo}'s. Evaluate --model_args "
+                        f"pretrained={model_repo}, or pass --allow_other_checkpoint if these are the same weights "
+                        "(recorded in the notes)")
+    entries = eval_results_entries(doc, dataset_id, source_url or f"https://huggingface.co/datasets/{dataset_id}",
+                                   proposed_for=model_repo if mismatch else None)
     if not entries:
         raise PushError(f"{f}: no task has a full-audio result to report")
     text = yaml.safe_dump(entries, sort_keys=False)
@@ -307,4 +339,4 @@ def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: s
         except hub.HubError as err:
             raise PushError(str(err)) from None
         pr_url = getattr(info, "pr_url", None)
-    return {"yaml": text, "pr_url": pr_url, "run": str(f)}
+    return {"yaml": text, "pr_url": pr_url, "run": str(f), "override": mismatch}

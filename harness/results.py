@@ -76,9 +76,34 @@ def display_name(doc: dict) -> str:
     return doc["model"]["name"] + (f" ({ck})" if ck else "")
 
 
-def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None) -> dict:
-    """Everything but the per-sample logs, in the documented schema."""
+def env_info() -> dict:
+    """lm-eval's environment fields, cheaply: a short `pretty_env_info` (lm-eval runs torch's
+    collect_env, which takes seconds and lists every package) and `upper_git_hash` (None: CASU is
+    not a submodule)."""
+    import platform
+    import sys
+    torch = sys.modules.get("torch")  # never imported just for this (the baselines run without it)
+    cuda = None
+    if torch is not None:
+        try:
+            cuda = bool(torch.cuda.is_available())
+        except Exception:  # noqa: BLE001 - informational only
+            cuda = None
+    v = versions()
+    text = "\n".join([f"PyTorch version: {v.get('torch')}", f"Is CUDA available: {cuda}",
+                      f"Python version: {sys.version.split()[0]}", f"OS: {platform.platform()}",
+                      f"transformers version: {v.get('transformers')}"])
+    return {"pretty_env_info": text, "upper_git_hash": None}
+
+
+def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None,
+             run_times: dict | None = None) -> dict:
+    """Everything but the per-sample logs, in the documented schema. `run_times`: {start, end}
+    UNIX times of the evaluation (lm-eval's date, start_time, end_time)."""
+    from .lmeval_view import sample_lines, task_hash
     status = "errors" if ev["errors"] else "ok"
+    hashes = {t: task_hash(sample_lines(t, recs, (ev.get("generation") or {}).get(t)))
+              for t, recs in (ev.get("samples") or {}).items()}
     return {
         "schema_version": SCHEMA_VERSION,
         "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -98,6 +123,9 @@ def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | Non
         "errors": ev["errors"],
         "truncated_audio": ev["truncated_audio"],
         "timing": ev["timing"],
+        "run_times": run_times or {},
+        "env": env_info(),
+        "task_hashes": hashes,  # lm-eval's: per task, over its sample lines' doc, prompt and target hashes
     }
 
 
@@ -247,6 +275,33 @@ def markdown(doc: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
+def accuracy_plot_data(doc: dict) -> dict:
+    """What the accuracy plot shows: per multiple-choice task at full audio (or the last
+    condition), accuracy and, on contrast-family data, family accuracy (the headline metric),
+    each in % with its 95% interval; the title names the run and, for a --limit run, says
+    PARTIAL with the limit and n."""
+    r = doc["results"]
+    conds = doc["config"]["conditions"]
+    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
+    bars = []
+    for t in (t for t in mcq_order() if t in r):
+        m = r[t].get(full) or {}
+        for metric in ("accuracy", "family_accuracy"):
+            a = m.get(metric) or {}
+            if a.get("value") is None:
+                continue
+            v = 100 * a["value"]
+            ci = a.get("ci95") or [a["value"], a["value"]]
+            bars.append({"task": t, "metric": metric, "value": v, "lo": 100 * ci[0], "hi": 100 * ci[1]})
+    limit = (doc.get("config") or {}).get("limit")
+    title = f"{display_name(doc)} ({full})"
+    if limit:
+        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order() if t in r)
+        title = f"PARTIAL (--limit {limit}, n={n}): {title}"
+    return {"bars": bars, "family": any(b["metric"] == "family_accuracy" for b in bars), "partial": bool(limit),
+            "title": title, "condition": full}
+
+
 def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
@@ -265,22 +320,33 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     if not tasks:
         return written
     conds = doc["config"]["conditions"]
-    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    vals, lo, hi = [], [], []
-    for t in tasks:
-        a = r[t].get(full, {}).get("accuracy") or {}
-        v = 100 * (a.get("value") or 0)
-        ci = a.get("ci95") or [a.get("value") or 0] * 2
-        vals.append(v)
-        lo.append(v - 100 * ci[0])
-        hi.append(100 * ci[1] - v)
-    ax.bar([short(t) for t in tasks], vals, yerr=[lo, hi], capsize=4, color="#4C72B0")
-    ax.axhline(25, ls="--", color="grey", lw=1, label="chance (4 options)")
-    ax.set_ylabel("accuracy (%)")
+    data = accuracy_plot_data(doc)
+    if not data["bars"]:
+        return written
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    width = 0.38 if data["family"] else 0.6
+    x = np.arange(len(tasks))
+    for k, (metric, color, label) in enumerate((("accuracy", "#4C72B0", "accuracy (per variant)"),
+                                                ("family_accuracy", "#DD8452", "family accuracy (all 4 right)"))):
+        bars = [b for b in data["bars"] if b["metric"] == metric]
+        if not bars:
+            continue
+        off = (k - 0.5) * width if data["family"] else 0.0
+        xs = [x[tasks.index(b["task"])] + off for b in bars]
+        vals = [b["value"] for b in bars]
+        err = [[max(0.0, b["value"] - b["lo"]) for b in bars], [max(0.0, b["hi"] - b["value"]) for b in bars]]
+        ax.bar(xs, vals, width, yerr=err, capsize=3, color=color, label=label)
+        for xi, v in zip(xs, vals):  # the value, also where the bar has no height (a family accuracy of 0)
+            ax.text(xi, v + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(25, ls="--", color="grey", lw=1, label="chance per variant (25%)")
+    if data["family"]:
+        ax.axhline(100 / 256, ls=":", color="grey", lw=1, label="chance per family (0.39%)")
+    ax.set_xticks(x, [short(t) for t in tasks])
+    ax.set_xlim(-0.75, len(tasks) - 0.25)
+    ax.set_ylabel("%  (95% bootstrap intervals)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"{display_name(doc)} ({full})", fontsize=9)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(data["title"], fontsize=9, color="#B00020" if data["partial"] else "black")
+    ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     p = out_dir / f"accuracy_by_task{stamp}.png"
     save(fig, p)
@@ -297,6 +363,8 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
             for j in range(len(tasks)):
                 ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
         ax.set_ylabel("layers kept (P speech, E events, B background)")
+        ax.set_title(data["title"].replace(f" ({data['condition']})", ""), fontsize=9,
+                     color="#B00020" if data["partial"] else "black")
         fig.colorbar(im, ax=ax, label="accuracy (%)")
         fig.tight_layout()
         p = out_dir / f"ablation_heatmap{stamp}.png"
@@ -305,19 +373,26 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     return written
 
 
-def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
-    """<out>/<adapter>__<checkpoint>/results_<date>.json (+ samples_<task>_<date>.jsonl,
-    results_<date>.md, accuracy_by_task_<date>.png, ablation_heatmap_<date>.png): every file of a
-    run carries its stamp, so a run never overwrites another's report or leaves a stale plot.
+CASU_RESULTS = "casu_results_"  # CASU's own document; lm-eval's tools glob `/results_` and `/samples_`
+CASU_SAMPLES = "casu_samples_"
 
-    Each file goes to a temp name and is renamed into place; the results JSON comes last and
-    records the sample logs' SHA-256, so it marks the run complete (see outputs.check_run)."""
+
+def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Path) -> Path:
+    """<out>/<adapter>__<checkpoint>/: lm-eval's `results_<date>.json` (and, with samples, its
+    `samples_<task>_<date>.jsonl`), CASU's own `casu_results_<date>.json` (and
+    `casu_samples_<task>_<date>.jsonl`), `results_<date>.md`, `accuracy_by_task_<date>.png`,
+    `ablation_heatmap_<date>.png`: every file of a run carries its stamp, so a run never
+    overwrites another's report or leaves a stale plot.
+
+    Each file goes to a temp name and is renamed into place; CASU's JSON comes last and records
+    every sample log's SHA-256, so it marks the run complete (see outputs.check_run). Returns it."""
     from .outputs import set_aside_orphans, writing
     d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
     stamp = base = doc["date"].replace(":", "-").replace("+00-00", "")
     n = 1
-    while (d / f"results_{stamp}.json").exists() or (d / f"results_{stamp}.md").exists():  # two runs in a second
+    while any((d / f"{pre}{stamp}{ext}").exists() for pre, ext in
+              ((CASU_RESULTS, ".json"), ("results_", ".json"), ("results_", ".md"))):  # two runs in a second
         n += 1
         stamp = f"{base}_{n}"  # sorts after the first: "_" > "."
     set_aside_orphans(d)  # a killed run's sample logs would sit beside these (rows seen twice)
@@ -326,20 +401,25 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
+    from .lmeval_view import sample_lines, view
     from .outputs import atomic_open, atomic_write, file_record
-    logs = {}
+    logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():
-        p = d / f"samples_{task}_{stamp}.jsonl"
+        p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
         with atomic_open(p) as f:
             for r in recs:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         logs[task] = file_record(p)
+        p = d / f"samples_{task}_{stamp}.jsonl"  # lm-eval's sample lines
+        with atomic_open(p) as f:
+            for line in sample_lines(task, recs, (doc.get("generation") or {}).get(task)):
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        lm_logs[task] = file_record(p)
     atomic_write(d / f"results_{stamp}.md", markdown(doc))
     plots(doc, d, f"_{stamp}")
-    from .lmeval_view import view
-    lm = d / f"lm_eval_{stamp}.json"  # lm-eval's shape, for tools that read lm-eval output
-    atomic_write(lm, json.dumps(view(doc), indent=2, ensure_ascii=False))
-    path = d / f"results_{stamp}.json"
-    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs, lm_eval_view=lm.name), indent=2,
-                                  ensure_ascii=False))
+    path = d / f"{CASU_RESULTS}{stamp}.json"
+    lm = d / f"results_{stamp}.json"  # lm-eval's schema, for tools that read lm-eval output
+    atomic_write(lm, json.dumps(view(dict(doc, casu_document=path.name)), indent=2, ensure_ascii=False))
+    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs, lm_eval_sample_logs=lm_logs,
+                                       lm_eval_view=lm.name), indent=2, ensure_ascii=False))
     return path

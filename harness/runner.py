@@ -181,10 +181,41 @@ class RunFailures:
                                f"cached and a rerun resumes from them. Last error: {last}")
 
 
+class PlainProgress:
+    """The progress of a run where stderr is not a terminal (a log file, CI, a notebook's captured
+    stream): one plain line at every 10% (and at the end), no carriage returns or escape codes."""
+
+    def __init__(self, total: int, desc: str, file=None, step: float = 0.1):
+        self.total, self.desc, self.file, self.step = total, desc, file or sys.stderr, step
+        self.n, self.t0, self.next = 0, time.perf_counter(), step
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        if self.total and (self.n / self.total >= self.next or self.n >= self.total):
+            while self.next <= self.n / self.total:
+                self.next += self.step
+            dt = time.perf_counter() - self.t0
+            eta = dt / self.n * (self.total - self.n) if self.n else 0.0
+            print(f"{self.desc}: {self.n}/{self.total} ({100 * self.n / self.total:.0f}%), {dt:.1f} s, "
+                  f"ETA {eta:.0f} s", file=self.file, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    """tqdm on a terminal; PlainProgress lines elsewhere; nothing when disabled or empty."""
+    from tqdm import tqdm
+    if not enabled or not total:
+        return tqdm(total=total, disable=True)
+    if not getattr(sys.stderr, "isatty", lambda: False)():
+        return PlainProgress(total, desc)
+    return tqdm(total=total, desc=desc, file=sys.stderr)
+
+
 def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_size: int, state: RunState,
             progress: bool = True, shrink_on_oom: bool = False) -> dict[str, dict]:
     """key -> {"response"|"scores"} or {"error"}; cached outputs are reused, new ones cached at once."""
-    from tqdm import tqdm
     out: dict[str, dict] = {}
     todo = []
     for u in units:
@@ -199,7 +230,7 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
     def group(u):
         return u.mode, tuple(sorted(settings_for(u.task).to_dict().items()))
     todo = interleave(todo, group, batch_size)
-    bar = tqdm(total=len(todo), desc=f"{adapter.name}", disable=not progress or not todo, file=sys.stderr)
+    bar = progress_bar(len(todo), adapter.name, progress)
     failures = RunFailures()
     if getattr(adapter, "concurrency", 1) > 1:  # an API: requests in flight, whatever the batch size
         from .concurrent import process_concurrently
@@ -268,7 +299,8 @@ def score_unit(u: Unit, res: dict, judge=None) -> dict:
     s = u.sample
     rec = {"id": s.id, "task": u.task.task, "condition": u.condition.name, "rotation": u.rotation,
            "scene_id": s.scene_id, "place": s.place, "speech_type": s.speech_type, "layers": s.layers,
-           "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "prompt": u.prompt, "options": u.options,
+           "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "question": s.question, "prompt": u.prompt,
+           "options": u.options,
            "answer": u.answer}
     if u.system is not None:
         rec["system"] = u.system

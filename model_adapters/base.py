@@ -94,6 +94,9 @@ class Adapter:
     # True when the adapter itself holds in-flight requests to `concurrency` (a semaphore): the
     # harness may then queue more, so a request sleeping out a 429 does not leave a slot idle.
     limits_in_flight = False
+    # --model_args keys users bring from lm-eval or transformers that this adapter does not take:
+    # {key: why}; refused by name (ModelArgsError) before anything loads
+    refused_args: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **model_args):
         self.model_args = dict(model_args)
@@ -134,6 +137,22 @@ class Adapter:
     def loglikelihood(self, requests: list[Request]) -> list[list[float]]:
         """Per request, one score per option (higher is more likely)."""
         raise AdapterError(f"{self.name}: this adapter cannot score options; use generation (--scoring generate)")
+
+    def model_meta(self) -> dict:
+        """What the loaded model turned out to be, for lm-eval's config block (model_num_parameters,
+        model_dtype, model_revision, model_sha) and the results; {} where it does not apply. Not part
+        of the fingerprint: it is known only after loading."""
+        return {}
+
+    def chat_template_text(self) -> str | None:
+        """The chat template the requests were rendered with (lm-eval's `chat_template`; its sha256
+        is `chat_template_sha`), where the adapter has a Jinja template loaded; None otherwise."""
+        return None
+
+    def tokenizer_info(self) -> dict:
+        """lm-eval's tokenizer fields (tokenizer_pad_token, tokenizer_eos_token, tokenizer_bos_token,
+        eot_token_id, max_length) where the adapter has a tokenizer loaded; {} otherwise."""
+        return {}
 
     def info(self) -> dict:
         """What identifies the model's outputs: recorded in results and part of the cache key."""
@@ -263,8 +282,11 @@ def check_model_args(cls, name: str, args: dict) -> dict:
     """The args typed by the adapter's signature and range-checked, before anything loads;
     ModelArgsError names the key, the value and what the adapter expects."""
     params, extra = adapter_params(cls)
+    refused = getattr(cls, "refused_args", {}) or {}
     out = {}
     for k, v in args.items():
+        if k in refused and k not in params:
+            raise ModelArgsError(f"bad --model_args {k}={v}: {name} does not support it ({refused[k]})")
         if k not in params and not extra:
             raise ModelArgsError(f"bad --model_args {k}: {name} takes {', '.join(sorted(params)) or 'no arguments'}")
         v = _typed(name, k, v, params.get(k, set()))

@@ -30,14 +30,14 @@ def _torch_dtype(name: str, device: str):
         raise AdapterError(f"--model_args dtype={name!r}: not a torch dtype (float32, bfloat16, float16, auto)") from None
 
 
-def _chat_template(path: str, tokenizer) -> str | dict | None:
+def _chat_template(path: str, tokenizer, revision: str | None = None) -> str | dict | None:
     """The checkpoint's chat template; a dict {name: template} when it has named ones
     (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors keep them."""
     import json
     from transformers.utils import cached_file
     own = getattr(tokenizer, "chat_template", None)
     for fname in ("chat_template.jinja", "chat_template.json"):
-        f = cached_file(path, fname, _raise_exceptions_for_missing_entries=False)
+        f = cached_file(path, fname, _raise_exceptions_for_missing_entries=False, revision=revision)
         if f:
             text = open(f, encoding="utf-8").read()
             text = json.loads(text)["chat_template"] if fname.endswith(".json") else text
@@ -58,9 +58,43 @@ class HFAudioLM(Adapter):
     chat_template_how = ("always uses the model's chat template (its audio placeholder comes from it); a NAME picks "
                          "one of the processor's named templates")
 
+    # lm-eval HFLM / transformers keys this loader does not pass on: refused by name
+    refused_args = {
+        "peft": "adapters are not loaded; merge the PEFT weights into a checkpoint and give it as pretrained=",
+        "delta": "delta weights are not applied; give the merged checkpoint as pretrained=",
+        "gptq": "GPTQ checkpoints load through their own quantization_config: give pretrained= of a GPTQ repo",
+        "autogptq": "AutoGPTQ is not used; give pretrained= of a GPTQ repo (transformers reads its config)",
+        "parallelize": "use device_map=auto to spread a model over GPUs",
+        "max_memory_per_gpu": "not passed to from_pretrained; use device_map=auto",
+        "max_cpu_memory": "not passed to from_pretrained; use device_map=auto",
+        "offload_folder": "not passed to from_pretrained",
+        "subfolder": "not passed to the processor; give the subfolder's path as pretrained=",
+        "tokenizer": "the processor comes from pretrained= (its tokenizer and feature extractor together)",
+        "use_fast_tokenizer": "the processor's own tokenizer is used",
+        "add_bos_token": "the chat template decides the special tokens",
+        "max_length": "audio requests are not truncated by tokens; use --gen_kwargs max_new_tokens=N",
+        "backend": "the model class is fixed by --model",
+        "torch_dtype": "use dtype= (transformers 5 renamed it)",
+        "quantization_config": "use load_in_4bit=true or load_in_8bit=true (bitsandbytes)",
+    }
+    ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+    BNB_QUANT_TYPES = ("nf4", "fp4")
+
     def __init__(self, pretrained: str | None = None, dtype: str = "auto", device: str | None = None,
                  device_map: str | None = None, attn_implementation: str | None = None,
-                 trust_remote_code: bool = False, system_prompt: str | None = None, **extra):
+                 trust_remote_code: bool = False, system_prompt: str | None = None, revision: str | None = None,
+                 load_in_4bit: bool = False, load_in_8bit: bool = False, bnb_4bit_compute_dtype: str | None = None,
+                 bnb_4bit_quant_type: str | None = None, bnb_4bit_use_double_quant: bool = False):
+        """Every argument reaches the loader: `revision` (a Hub branch, tag or commit; recorded with
+        the commit it resolved to as model_sha), `load_in_4bit` / `load_in_8bit` and the `bnb_4bit_*`
+        options (a bitsandbytes quantization_config), `attn_implementation`, `device_map`, `dtype`.
+        Any other key is refused by name (ModelArgsError) before the weights load."""
+        from .base import ModelArgsError
+        extra = {k: v for k, v in dict(revision=revision, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit,
+                                       bnb_4bit_compute_dtype=bnb_4bit_compute_dtype,
+                                       bnb_4bit_quant_type=bnb_4bit_quant_type,
+                                       bnb_4bit_use_double_quant=bnb_4bit_use_double_quant).items()
+                 if v not in (None, False)}  # only when given, so earlier fingerprints stay valid
         super().__init__(pretrained=pretrained or self.default_model, dtype=dtype, device=device,
                          device_map=device_map, attn_implementation=attn_implementation, **extra)
         self.pretrained = pretrained or self.default_model
@@ -69,6 +103,35 @@ class HFAudioLM(Adapter):
         self.device_map = device_map
         self.attn_implementation = attn_implementation
         self.trust_remote_code = trust_remote_code
+        self.revision = revision
+        if revision is not None and (not revision.strip() or os.path.isdir(os.path.expanduser(self.pretrained))):
+            raise ModelArgsError(f"bad --model_args revision={revision!r}: " + (
+                "empty" if not revision.strip() else
+                f"pretrained={self.pretrained} is a local folder, which has no revisions; give the Hub repo id "
+                "(its revision is taken from the Hub cache) or drop revision="))
+        if attn_implementation is not None and attn_implementation not in self.ATTN_IMPLEMENTATIONS:
+            raise ModelArgsError(f"bad --model_args attn_implementation={attn_implementation!r}: "
+                                 f"{self.name} takes {', '.join(self.ATTN_IMPLEMENTATIONS)}")
+        if load_in_4bit and load_in_8bit:
+            raise ModelArgsError("bad --model_args load_in_4bit=true,load_in_8bit=true: choose one")
+        bnb4 = {"bnb_4bit_compute_dtype": bnb_4bit_compute_dtype, "bnb_4bit_quant_type": bnb_4bit_quant_type,
+                "bnb_4bit_use_double_quant": bnb_4bit_use_double_quant or None}
+        given4 = [k for k, v in bnb4.items() if v is not None]
+        if given4 and not load_in_4bit:
+            raise ModelArgsError(f"bad --model_args {given4[0]}: only with load_in_4bit=true")
+        if bnb_4bit_quant_type is not None and bnb_4bit_quant_type not in self.BNB_QUANT_TYPES:
+            raise ModelArgsError(f"bad --model_args bnb_4bit_quant_type={bnb_4bit_quant_type!r}: nf4 or fp4")
+        if bnb_4bit_compute_dtype is not None and bnb_4bit_compute_dtype not in ("float32", "bfloat16", "float16"):
+            raise ModelArgsError(f"bad --model_args bnb_4bit_compute_dtype={bnb_4bit_compute_dtype!r}: float32, "
+                                 "bfloat16 or float16")
+        self.quantization = None
+        if load_in_4bit or load_in_8bit:
+            import importlib.util
+            key = "load_in_4bit" if load_in_4bit else "load_in_8bit"
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise ModelArgsError(f"bad --model_args {key}=true: needs bitsandbytes (pip install bitsandbytes; "
+                                     "CUDA GPUs), which is not installed")
+            self.quantization = {key: True, **{k: v for k, v in bnb4.items() if v is not None}}
         if system_prompt is not None:
             self.system_prompt = system_prompt or None
         self._model = None
@@ -88,7 +151,7 @@ class HFAudioLM(Adapter):
     # -- loading ------------------------------------------------------------------------
     def load_processor(self, path: str):
         from transformers import AutoProcessor
-        return AutoProcessor.from_pretrained(path, trust_remote_code=self.trust_remote_code)
+        return AutoProcessor.from_pretrained(path, trust_remote_code=self.trust_remote_code, **self._hub_kw())
 
     def load_model(self, path: str, **kw):
         import transformers
@@ -98,22 +161,84 @@ class HFAudioLM(Adapter):
     def _load(self):
         if self._model is not None:
             return
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        kw = {"dtype": _torch_dtype(self.dtype_name, self.device)}
+        kw = {"dtype": _torch_dtype(self.dtype_name, self.device), **self._hub_kw()}
         if self.device_map:
             kw["device_map"] = self.device_map
         if self.attn_implementation:
             kw["attn_implementation"] = self.attn_implementation
+        if self.quantization:
+            from transformers import BitsAndBytesConfig
+            q = dict(self.quantization)
+            if q.get("bnb_4bit_compute_dtype"):
+                q["bnb_4bit_compute_dtype"] = _torch_dtype(q["bnb_4bit_compute_dtype"], self.device)
+            kw["quantization_config"] = BitsAndBytesConfig(**q)
         try:
             self._load_processor()
             model = self.load_model(self.pretrained, **kw)
         except (OSError, ValueError) as err:
             raise self._load_error(err) from None
-        if not self.device_map:
+        if not self.device_map and not self.quantization:  # bitsandbytes places the weights itself
             model.to(self.device)
         model.eval()
         self._model = model
         self._tokenizer.padding_side = "left"
+
+    def _hub_kw(self) -> dict:
+        """The keywords every from_pretrained call of this checkpoint takes (the revision)."""
+        return {"revision": self.revision} if self.revision else {}
+
+    def model_meta(self) -> dict:
+        if self._model is None:
+            return {}
+        params = list(self._model.parameters())
+        cfg = getattr(self._model, "config", None)
+        return {"model_num_parameters": int(sum(p.numel() for p in params)),
+                "model_dtype": str(params[0].dtype) if params else None,
+                "model_revision": self.revision or "main",
+                # the commit the revision resolved to in the Hub cache; None for a local folder
+                "model_sha": self._commit_sha() or getattr(cfg, "_commit_hash", None)}
+
+    def _commit_sha(self) -> str | None:
+        """The commit of the loaded files: the Hub cache's snapshot folder the revision points to
+        (`hf download` and from_pretrained leave `snapshots/<sha>/`); None for a local folder."""
+        if os.path.isdir(os.path.expanduser(self.pretrained)):
+            return None
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            f = try_to_load_from_cache(self.pretrained, "config.json", revision=self.revision)
+        except Exception:  # noqa: BLE001 - informational: a bad id already failed to load
+            return None
+        if isinstance(f, str) and os.path.basename(os.path.dirname(os.path.dirname(f))) == "snapshots":
+            return os.path.basename(os.path.dirname(f))
+        return None
+
+    def chat_template_text(self) -> str | None:
+        if self._processor is None:
+            return None
+        t = getattr(self._processor, "chat_template", None) or getattr(self._tokenizer, "chat_template", None)
+        if isinstance(t, dict):
+            t = t.get(self.chat_template_name or "default")
+        return t if isinstance(t, str) else None
+
+    def tokenizer_info(self) -> dict:
+        tok = self._tokenizer if self._processor is not None else None
+        if tok is None or not hasattr(tok, "eos_token"):
+            return {}
+        return {"tokenizer_pad_token": [str(tok.pad_token), str(tok.pad_token_id)],
+                "tokenizer_eos_token": [str(tok.eos_token), str(tok.eos_token_id)],
+                "tokenizer_bos_token": [str(tok.bos_token), str(tok.bos_token_id)],
+                "eot_token_id": tok.eos_token_id, "max_length": self._max_length(tok)}
+
+    def _max_length(self, tok) -> int | None:
+        """lm-eval's max_length: the model's context (max_position_embeddings of its text config),
+        else the tokenizer's model_max_length when it is a real limit (not transformers' 1e30 sentinel)."""
+        cfg = getattr(self._model, "config", None)
+        for c in (getattr(cfg, "text_config", None), getattr(cfg, "get_text_config", lambda: None)(), cfg):
+            n = getattr(c, "max_position_embeddings", None)
+            if isinstance(n, int) and n > 0:
+                return n
+        n = getattr(tok, "model_max_length", None)
+        return n if isinstance(n, int) and 0 < n < 10**9 else None
 
     def _load_processor(self):
         """The processor alone (tokenizer, chat templates, feature extractor): no weights."""
@@ -285,14 +410,15 @@ class _OmniThinker(HFAudioLM):
         import transformers
         from transformers import AutoFeatureExtractor, AutoTokenizer
         from .audio_only import audio_only_processor
-        tok = AutoTokenizer.from_pretrained(path)
-        return audio_only_processor(getattr(transformers, self.processor_class), AutoFeatureExtractor.from_pretrained(path),
-                                    tok, _chat_template(path, tok))
+        tok = AutoTokenizer.from_pretrained(path, **self._hub_kw())
+        return audio_only_processor(getattr(transformers, self.processor_class),
+                                    AutoFeatureExtractor.from_pretrained(path, **self._hub_kw()),
+                                    tok, _chat_template(path, tok, **self._hub_kw()))
 
     def load_model(self, path: str, **kw):
         import transformers
         from transformers import AutoConfig
-        cfg = AutoConfig.from_pretrained(path)
+        cfg = AutoConfig.from_pretrained(path, **self._hub_kw())
         if cfg.model_type.endswith("_thinker"):
             return getattr(transformers, self.model_class).from_pretrained(path, **kw)
         # A full omni checkpoint: load it, then keep only the thinker (the talker makes speech).
@@ -342,9 +468,9 @@ class Phi4Multimodal(HFAudioLM):
     def load_processor(self, path: str):
         from transformers import AutoFeatureExtractor, AutoTokenizer, Phi4MultimodalProcessor
         from .audio_only import audio_only_processor
-        tok = AutoTokenizer.from_pretrained(path)
-        return audio_only_processor(Phi4MultimodalProcessor, AutoFeatureExtractor.from_pretrained(path), tok,
-                                    _chat_template(path, tok), audio_slot="audio_processor")
+        tok = AutoTokenizer.from_pretrained(path, **self._hub_kw())
+        return audio_only_processor(Phi4MultimodalProcessor, AutoFeatureExtractor.from_pretrained(path, **self._hub_kw()),
+                                    tok, _chat_template(path, tok, **self._hub_kw()), audio_slot="audio_processor")
 
 
 class Voxtral(HFAudioLM):
@@ -366,7 +492,7 @@ class Voxtral(HFAudioLM):
         except ImportError:
             raise AdapterError("--model voxtral needs mistral-common (pip install mistral-common)") from None
         from transformers import AutoProcessor
-        return AutoProcessor.from_pretrained(path)
+        return AutoProcessor.from_pretrained(path, **self._hub_kw())
 
     def conversation(self, req: Request) -> list[dict]:
         content = []

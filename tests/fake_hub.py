@@ -83,6 +83,11 @@ class FakeHub:
                 if "/revision/" in self.path:  # repo_info, after an upload that had nothing to commit
                     repo = self.path.split("/revision/")[0][len("/api/datasets/"):]
                     return self._reply(200, {"id": repo, "sha": "a" * 40, "private": True})
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if len(parts) == 4 and parts[1] in ("models", "datasets"):  # repo_info: /api/<type>s/ORG/NAME
+                    if status != 200:
+                        return self._reply(status, {"error": "You don't have the rights to do that"})
+                    return self._reply(200, {"id": f"{parts[2]}/{parts[3]}", "sha": "a" * 40, "private": False})
                 self._reply(404, {"error": "not here"})
 
             def do_PUT(self):  # repo settings (gated)

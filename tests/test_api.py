@@ -21,8 +21,14 @@ def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_pat
                           output_path=tmp_path / "out", log_samples=True, probe=False)
     assert isinstance(res, Results) and res.path is not None and not res.errors
     written = json.loads(res.path.read_text())
-    assert {k: v for k, v in written.items() if k not in ("complete", "sample_logs", "lm_eval_view")} == \
+    assert {k: v for k, v in written.items()
+            if k not in ("complete", "sample_logs", "lm_eval_sample_logs", "lm_eval_view")} == \
         json.loads(json.dumps(res.document))
+    # the returned dict is lm-eval's results_<date>.json as written (issue 25), samples aside
+    lm = json.loads((res.path.parent / written["lm_eval_view"]).read_text())
+    assert lm == json.loads(json.dumps({k: v for k, v in res.items() if k != "samples"}))
+    assert res["results"]["role_inference"]["acc,none"] == \
+        res.results["role_inference"][contract.FULL_CONDITION]["accuracy"]["value"]
     m = res.results["role_inference"][contract.FULL_CONDITION]
     assert 0 < m["n"] <= 4 and 0 <= m["accuracy"]["value"] <= 1  # --limit keeps whole families
     # lm-eval style: every task's full resolved config is recorded with the results

@@ -211,7 +211,7 @@ def apply_unknown(c: Ctx) -> Outcome:
 def include_path_runs_builtins_too(c: Ctx) -> Outcome:
     d = write_task(c.tmp / "inc")
     o = c.run("--include_path", str(d), "--limit", "2", tasks="all")
-    res = sorted((c.tmp / "res").glob("*/results_*.json"))
+    res = sorted((c.tmp / "res").glob("*/casu_results_*.json"))
     if o.code not in (0,) or not res:
         return o
     tasks = json.loads(res[-1].read_text())["config"]["tasks"]
@@ -223,7 +223,7 @@ def limit_takes_first_n(c: Ctx, n: int) -> Outcome:
     o = c.run("--limit", str(n))
     if o.code != 0:
         return o
-    res = sorted((c.tmp / "res").glob("*/results_*.json"))[-1]
+    res = sorted((c.tmp / "res").glob("*/casu_results_*.json"))[-1]
     got = json.loads(res.read_text())["evaluated"]["samples"] if "evaluated" in json.loads(res.read_text()) else None
     return Outcome(0 if got == n else 1, f"--limit {n}: evaluated {got} samples")
 

@@ -204,7 +204,7 @@ def test_cli_accepts_zero_shot_and_records_it(ds, tmp_path):
                      str(tmp_path / "r"), "--quiet", "--no_probe", "--num_fewshot", "0", "--system_instruction",
                      "Be brief.")
     assert rc == 0, err
-    cfg = json.loads(next((tmp_path / "r").glob("*/results_*.json")).read_text())["config"]
+    cfg = json.loads(next((tmp_path / "r").glob("*/casu_results_*.json")).read_text())["config"]
     assert cfg["num_fewshot"] == 0 and cfg["system_instruction"] == "Be brief."
     assert cfg["apply_chat_template"] is False and "renders no prompt" in cfg["chat_template_how"]
 

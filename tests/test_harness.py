@@ -35,7 +35,7 @@ def harness(*args, check=True, env=ENV, timeout=600):
 
 
 def _results(out: Path, model: str) -> dict:
-    files = sorted((out / model).glob("results_*.json"))
+    files = sorted((out / model).glob("casu_results_*.json"))
     assert files, f"no results in {out / model}"
     return json.loads(files[-1].read_text())
 
@@ -220,7 +220,7 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     for t in TASKS:
         lines = (model_dir / next(f.name for f in model_dir.glob(f"samples_{t}_*.jsonl"))).read_text().splitlines()
         assert len(lines) == 2 * doc["n_samples"][t]
-    stamp = sorted(model_dir.glob("results_*.json"))[-1].stem[len("results_"):]
+    stamp = sorted(model_dir.glob("casu_results_*.json"))[-1].stem[len("casu_results_"):]
     md = (model_dir / f"results_{stamp}.md").read_text()  # every file of a run carries its stamp
     assert "Table 1" in md and "Table 2" in md
     assert (model_dir / f"accuracy_by_task_{stamp}.png").stat().st_size > 1000
@@ -290,10 +290,11 @@ def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path)
     harness("--model", "random", "--tasks", "role_inference,scene_description", "--dataset", str(casu_small),
             "--output_path", str(out), "--log_samples", "--quiet")
     ops = plan_push(out, "casu-org/casu-results")
-    stamp = next((out / "random").glob("results_*.json")).stem[len("results_"):]
+    stamp = next((out / "random").glob("casu_results_*.json")).stem[len("casu_results_"):]
     assert sorted(o.path_in_repo for o in ops) == sorted([
-        f"random/results_{stamp}.json", f"random/lm_eval_{stamp}.json", f"random/samples_role_inference_{stamp}.jsonl",
-        f"random/samples_scene_description_{stamp}.jsonl", "README.md"])
+        f"random/casu_results_{stamp}.json", f"random/results_{stamp}.json",
+        *(f"random/{pre}samples_{t}_{stamp}.jsonl" for pre in ("", "casu_")
+          for t in ("role_inference", "scene_description")), "README.md"])
     res = push(out, "casu-org/casu-results", "casu-org/casu", dry_run=True)
     import yaml
     entries = yaml.safe_load(res["eval_results_yaml"])

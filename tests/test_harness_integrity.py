@@ -125,7 +125,7 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     out = tmp_path / "res"
     _, good = run_random(env, d, out, "--log_samples")
     model_dir = out / "random"
-    good_stamp = next(model_dir.glob("results_*.json")).stem[len("results_"):]
+    good_stamp = next(model_dir.glob("casu_results_*.json")).stem[len("casu_results_"):]
     # what a kill leaves, as older harness versions wrote it: a newer results JSON (no completion
     # record) with a truncated sample log, and in another model folder a results JSON whose log
     # was cut short after it was written
@@ -148,8 +148,10 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     p = harness(env, "push", "--repo", "org/results", "--output_path", str(out), "--dry_run")
     listing = p.stdout.split("would upload to datasets/org/results:\n")[1].split("\n\n")[0]
     ops = [line.strip() for line in listing.splitlines()]
-    assert ops == [f"random/results_{good_stamp}.json", f"random/samples_role_inference_{good_stamp}.jsonl",
-                   f"random/lm_eval_{good_stamp}.json", "README.md"]  # + the lm-eval view and the card (issue 17)
+    # CASU's document and sample records, lm-eval's sample lines and results (issue 25), the card
+    assert ops == [f"random/casu_results_{good_stamp}.json", f"random/casu_samples_role_inference_{good_stamp}.jsonl",
+                   f"random/samples_role_inference_{good_stamp}.jsonl", f"random/results_{good_stamp}.json",
+                   "README.md"]
     assert p.stderr.count("skipped") == 3 and "not marked complete" in p.stderr and "truncated" in p.stderr
     t = harness(env, "table", str(out))
     rows = [r for r in t.stdout.splitlines() if r.startswith("| ") and not r.startswith("| Model")]

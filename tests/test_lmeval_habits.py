@@ -54,7 +54,7 @@ def test_gen_kwargs_merge_over_the_task_and_are_recorded(ds, tmp_path):
 def test_fractional_limit_takes_that_share_of_each_task_and_warns(ds, tmp_path):
     rc, out, err = run(ds, tmp_path / "r", "--limit", "0.3")
     assert rc == 0, err
-    doc = json.loads(next((tmp_path / "r").glob("*/results_*.json")).read_text())
+    doc = json.loads(next((tmp_path / "r").glob("*/casu_results_*.json")).read_text())
     assert doc["evaluated"]["samples"] == 3 and doc["config"]["limit"] == 0.3  # ceil(0.3 * 10)
     assert "WARNING: --limit 0.3" in err
     row = out.splitlines()[2]
@@ -174,8 +174,8 @@ def test_table_reads_an_old_adapter_keyed_folder(ds, tmp_path):
         assert rc == 0, err
     old = out / "ckpt"
     old.mkdir()
-    for f in out.glob("test_lmeval_habits__Ckpt__*/results_*.json"):
-        f.rename(old / f"{f.stem}-{f.parent.name[-3:]}.json")
+    for f in out.glob("test_lmeval_habits__Ckpt__*/casu_results_*.json"):  # as an older harness named them
+        f.rename(old / f"{f.stem[len('casu_'):]}-{f.parent.name[-3:]}.json")
     rc, table, err = cli("table", str(out))
     assert rc == 0, err
     assert sum(l.startswith("| test_lmeval_habits") for l in table.splitlines()) == 2
@@ -190,7 +190,7 @@ def test_lm_eval_view_has_lm_evals_keys_with_the_projects_values(ds, tmp_path):
                      "--system_instruction", "Answer briefly.")
     assert rc == 0, err
     d = out / "random"
-    doc = json.loads(next(d.glob("results_*.json")).read_text())
+    doc = json.loads(next(d.glob("casu_results_*.json")).read_text())
     lm = json.loads((d / doc["lm_eval_view"]).read_text())
     m = doc["results"]["role_inference"][FULL_CONDITION]
     r = lm["results"]["role_inference"]
@@ -268,9 +268,11 @@ def test_push_sends_the_latest_full_run_privately_with_a_card(two_runs, online):
     assert private(create) is True and create["type"] == "dataset" and create["name"] == "casu-results"
     paths = {line["value"]["path"] for line in hub.commit_lines() if line["key"] == "file"}
     key = "test_lmeval_habits__Ckpt__Org__M"
-    full = [f for f in (two_runs / key).glob("results_*.json") if not json.loads(f.read_text())["config"]["limit"]]
+    full = [f for f in (two_runs / key).glob("casu_results_*.json")
+            if not json.loads(f.read_text())["config"]["limit"]]
     assert len(full) == 1 and f"{key}/{full[0].name}" in paths and "README.md" in paths
-    assert sum(p.startswith(f"{key}/results_") for p in paths) == 1  # the --limit run is not sent
+    assert sum(p.startswith(f"{key}/casu_results_") for p in paths) == 1  # the --limit run is not sent
+    assert sum(p.startswith(f"{key}/results_") for p in paths) == 1  # its lm-eval results beside it
     card = next(line["value"] for line in hub.commit_lines() if line["key"] == "file"
                 and line["value"]["path"] == "README.md")
     import base64
@@ -359,16 +361,18 @@ def test_push_results_to_hub_pushes_the_run_when_it_ends(ds, tmp_path, local_hub
                           output_path=tmp_path / "r", hf_hub_log_args="hub_results_org=me,push_results_to_hub=true,"
                           "push_samples_to_hub=true,details_repo_name=casu-details,gated=true")
     assert res.pushed["pushed"] and res.pushed["repo"] == "me/casu-results", res.pushed
-    stamp = res.path.stem[len("results_"):]
+    stamp = res.path.stem[len("casu_results_"):]
     got = local_hub.committed()
-    assert got["me/casu-results"] == {f"random/results_{stamp}.json", f"random/lm_eval_{stamp}.json", "README.md"}
-    assert got["me/casu-details"] == {f"random/samples_role_inference_{stamp}.jsonl", "README.md"}
+    assert got["me/casu-results"] == {f"random/casu_results_{stamp}.json", f"random/results_{stamp}.json", "README.md"}
+    assert got["me/casu-details"] == {f"random/samples_role_inference_{stamp}.jsonl",
+                                      f"random/casu_samples_role_inference_{stamp}.jsonl", "README.md"}
     made = local_hub.created()
     assert set(made) == {"me/casu-results", "me/casu-details"} and all(private(b) for b in made.values())
     gates = [(r["path"], json.loads(r["body"])) for r in local_hub.requests if r.get("method") == "PUT"]
     assert gates == [("/api/datasets/me/casu-results/settings", {"gated": "auto"}),
                      ("/api/datasets/me/casu-details/settings", {"gated": "auto"})]
-    assert res.pushed["details_operations"] == [f"random/samples_role_inference_{stamp}.jsonl", "README.md"]
+    assert res.pushed["details_operations"] == [f"random/casu_samples_role_inference_{stamp}.jsonl",
+                                                f"random/samples_role_inference_{stamp}.jsonl", "README.md"]
 
 
 def test_the_cli_pushes_results_only_unless_samples_are_asked_for(ds, tmp_path, local_hub):
@@ -420,7 +424,7 @@ def test_a_hub_failure_after_the_run_keeps_the_results_and_names_the_retry(ds, t
         bad.close()
     assert rc == 5 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "me/casu-results" in err and "403" in err and "hf_FAKEtoken" not in err
-    saved = next((tmp_path / "r").glob("*/results_*.json"))
+    saved = next((tmp_path / "r").glob("*/casu_results_*.json"))
     assert str(saved) in err and "| random |" in out  # the run is on disk and its table printed
     retry = shlex.split(err.split("retry: ")[1])
     assert retry[:4] == ["python", "-m", "harness", "push"] and "--no_samples" in retry
