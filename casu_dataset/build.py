@@ -96,6 +96,7 @@ class BuildReport:
     lock: dict | None = None    # the lock followed or written: {file, sha256, library_sha256, mode}
     drift: list[dict] = field(default_factory=list)  # per scene, when a lock was followed
     identity: dict | None = None  # build_manifest.identity of the written folder
+    cues: dict | None = None      # cue_checks.summary of the written folder (contrast families)
 
     def realization_summary(self) -> dict | None:
         """Reproduced/drifted counts of a locked build (None when no lock was followed)."""
@@ -418,10 +419,14 @@ class FolderWriter:
                 on_configs(hashes)
             self.identity = build_manifest.identity(report.lock, {c: hashes[c] for c in mcq_configs()})
             report.identity = self.identity
+            if any(r.get("family_id") for r in rows["scenes"]):
+                from .cue_checks import check_folder  # every slot cue measured from the stems as written
+                report.cues = check_folder(self.stage)["summary"]
             card, attribution = dataset_card(rows, report, settings), attribution_file(rows)
             # Timings vary run to run, so they are printed, not written: the folder stays byte-stable.
             build_report = json.dumps({"settings": settings, "built": report.built, "skipped": report.skipped,
                                        "lock": report.lock, "realization": report.realization_summary(),
+                                       "cue_checks": report.cues,
                                        "identity": self.identity}, indent=1, sort_keys=True)
             for fname, text in (("ATTRIBUTION.md", attribution), ("build_report.json", build_report),
                                 ("eval.yaml", eval_yaml(rows, settings)), ("README.md", card)):

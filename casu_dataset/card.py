@@ -186,7 +186,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         pair_text=pair_text, dataset_version=settings.get("dataset_version", DATASET_VERSION), families=families,
         example_config=next((c for c in mcq_configs() if rows[c]), "scenes"), counts=counts,
         n_skipped=len(report.skipped), skipped=skipped,
-        rejected=rejected_text(settings.get("catalog_rejected")), review=review, realization=realization_text(report),
+        rejected=rejected_text(settings.get("catalog_rejected")), review=review, realization=realization_text(report) + cue_text(report),
         intelligibility=mix_intelligibility_summary(rows),
         command=settings["command"] or "python -m casu_dataset build", seed=settings["seed"], alpha=settings["alpha"],
         embedding_model=settings["embedding_model"], catalog=settings["catalog"],
@@ -204,6 +204,15 @@ SAME_DATA = ("Two folders are the same dataset when their identity (`casu_build.
              "stated bound (stem loudness within 0.5 LU, TTS length conformed by at most 800 samples), as the "
              "build reports per scene in `build_report.json`. The harness records the identity in every "
              "results file and `harness table` marks runs made on other data.")
+
+
+def cue_text(report) -> str:
+    """The cue checks of the written folder (casu_dataset/cue_checks.py), when it has families."""
+    s = getattr(report, "cues", None)
+    if not s:
+        return ""
+    from .cue_checks import format_summary
+    return "\n\nDoes the audio carry each cue? Measured from the stems as written:\n\n```\n" + format_summary(s) + "\n```"
 
 
 def realization_text(report) -> str:

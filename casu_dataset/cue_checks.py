@@ -33,10 +33,10 @@ FRAME = 1600   # 100 ms
 HOP = 800
 
 
-def _frames_db(x: np.ndarray) -> np.ndarray:
-    """K-weighted energy per 100 ms frame (50 ms hop), dB."""
+def _frames_db(x: np.ndarray, weighted: bool = True) -> np.ndarray:
+    """K-weighted (or plain) energy per 100 ms frame (50 ms hop), dB."""
     from .loudness import kweight
-    k = kweight(x, SR).astype(np.float64) ** 2
+    k = (kweight(x, SR) if weighted else np.asarray(x)).astype(np.float64) ** 2
     if k.shape[0] < FRAME:
         k = np.pad(k, (0, FRAME - k.shape[0]))
     c = np.concatenate([[0.0], np.cumsum(k)])
@@ -45,18 +45,20 @@ def _frames_db(x: np.ndarray) -> np.ndarray:
     return 10 * np.log10(np.maximum(e, 1e-20))
 
 
-def audibility(stems: dict[str, np.ndarray], ann: dict, slot_kind: str) -> float:
-    """dB of the cue over the rest in its best frame (see the module docstring)."""
+def audibility(stems: dict[str, np.ndarray], ann: dict, slot_kind: str, weighted: bool = True) -> float:
+    """dB of the cue over the rest in its best frame (see the module docstring). K-weighted by
+    default (the ear's sensitivity: a phone's ring stands out of speech and a bed more than its
+    plain level says); `weighted=False` gives the plain level ratio, reported beside it."""
     if slot_kind == "event":
         j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
         ev = ann["plan"]["events"][j]
         lo, hi = ev["onset_samples"], ev["onset_samples"] + ev["length_samples"]
-        cue = _frames_db(stems["events"][lo:hi])
-        rest = _frames_db(stems["speech"][lo:hi] + stems["background"][lo:hi])
+        cue = _frames_db(stems["events"][lo:hi], weighted)
+        rest = _frames_db(stems["speech"][lo:hi] + stems["background"][lo:hi], weighted)
         i = int(np.argmax(cue))
         return round(float(cue[i] - rest[i]), 2)
-    cue = _frames_db(stems["background"])
-    rest = _frames_db(stems["speech"] + stems["events"])
+    cue = _frames_db(stems["background"], weighted)
+    rest = _frames_db(stems["speech"] + stems["events"], weighted)
     return round(float(np.percentile(cue - rest, 90)), 2)
 
 
@@ -110,7 +112,8 @@ def check_folder(folder: str | Path) -> dict:
                     desc = ann["script"]["background"]["description"]
                 rows.append({"scene_id": r["scene_id"], "family_id": r["family_id"], "fill": r["fill"], "kind": kind,
                              "clip_id": m["clip_id"], "description": desc, "caption": m["caption"],
-                             "truth": round(float(m["desc_sim"]), 4), "audibility_db": audibility(stems, ann, kind)})
+                             "truth": round(float(m["desc_sim"]), 4), "audibility_db": audibility(stems, ann, kind),
+                             "audibility_plain_db": audibility(stems, ann, kind, weighted=False)})
                 if r["fill"] not in profiles[r["family_id"]]:
                     profiles[r["family_id"]][r["fill"]] = (m["clip_id"], band_profile(cue_audio(stems, ann, kind)))
     pairs = []
@@ -130,6 +133,7 @@ def summary(rows: list[dict], pairs: list[dict]) -> dict:
         "cues": len(rows), "families": len({r["family_id"] for r in rows}),
         "inaudible": sorted({(r["family_id"], r["fill"]) for r in rows if r["audibility_db"] < AUDIBLE_DB}),
         "audibility_median_db": round(float(np.median(aud)), 2) if aud else None,
+        "plain_below_0db": sorted({(r["family_id"], r["fill"]) for r in rows if r.get("audibility_plain_db", 99) < 0}),
         "untrue": sorted({(r["family_id"], r["fill"]) for r in rows if r["truth"] < TRUE_MIN}),
         "to_read": sorted({(r["family_id"], r["fill"]) for r in rows if TRUE_MIN <= r["truth"] < TRUE_READ}),
         "alike": [(p["family_id"], *p["fills"]) for p in pairs if p["distance_db"] < DISTINCT_MIN_DB],
@@ -148,7 +152,7 @@ def failures(s: dict) -> list[str]:
 def format_summary(s: dict) -> str:
     lines = [f"cue checks: {s['cues']} cues in {s['families']} families, {s['pairs']} fill pairs",
              f"- audibility (>= {AUDIBLE_DB:g} dB over the rest in the cue's best frame): {len(s['inaudible'])} fail; "
-             f"median {s['audibility_median_db']} dB",
+             f"median {s['audibility_median_db']} dB; {len(s.get('plain_below_0db', []))} below 0 dB unweighted",
              f"- truth (fill description vs the clip's captions, MiniLM cosine): {len(s['untrue'])} below {TRUE_MIN:g} "
              f"(fail), {len(s['to_read'])} in [{TRUE_MIN:g}, {TRUE_READ:g}) (for an honest reader)",
              f"- distinctness (fills of a family >= {DISTINCT_MIN_DB:g} dB apart in band levels): {len(s['alike'])} "

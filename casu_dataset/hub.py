@@ -119,7 +119,9 @@ def _quiet_retries():
     import logging
     log = logging.getLogger("huggingface_hub.utils._http")
     level = log.level
-    if log.getEffectiveLevel() >= logging.WARNING:
+    # The user's verbosity is the library logger's; redact.guard_logging pins this HTTP logger
+    # at WARNING (no raw headers at DEBUG), so its own level says nothing about what was asked.
+    if logging.getLogger("huggingface_hub").getEffectiveLevel() >= logging.WARNING:
         log.setLevel(logging.ERROR)
     try:
         yield

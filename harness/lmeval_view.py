@@ -235,8 +235,8 @@ def view(doc: dict) -> dict:
                                           else None),
         # CASU's extras: its own document, what was evaluated, the headline metric
         "casu": {"schema_version": doc.get("schema_version"), "date": doc.get("date"), "dataset": doc.get("dataset"),
-                 # the lead's dataset identity (lock hash + question-config hashes), when the document has it
-                 "dataset_identity": doc.get("dataset_identity"),
+                 # the dataset identity its build recorded (lock sha256 + question-config hashes; None without a record)
+                 "dataset_identity": (doc.get("dataset") or {}).get("identity"),
                  "conditions": cfg.get("conditions"), "status": doc.get("status"), "n_errors": doc.get("n_errors"),
                  "run_folder": run_key(model), "document": doc.get("casu_document"),
                  "chat_template_name": cfg.get("chat_template_name"),

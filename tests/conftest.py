@@ -164,3 +164,12 @@ def transformers_serve(model_dir: str):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _forget_registered_secrets():
+    """Keys a test registers with casu_dataset.redact stay that test's: a later test's paths and
+    messages must not be masked because an earlier one used a key made of common words."""
+    yield
+    from casu_dataset import redact
+    redact._EXTRA.clear()

@@ -55,6 +55,7 @@ def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path
         simple_evaluate(model="random", tasks="role_inference", dataset=str(tmp_path / "missing"))
     ds = tmp_path / "ds"
     shutil.copytree(casu_small, ds)
+    (ds / "casu_build.json").unlink()  # edited by hand below: no longer the build that wrote it
     t = pq.read_table(ds / "scenes")
     col = pa.array([json.dumps(json.loads(a) | {"version": 99}) for a in t.column("annotation").to_pylist()])
     pq.write_table(t.set_column(t.schema.get_field_index("annotation"), "annotation", col),
@@ -82,6 +83,7 @@ def test_a_task_is_one_registry_entry_plus_one_yaml(casu_small, tmp_path, new_ta
     # The dataset gains the task's config (rows as a builder would write them).
     ds = tmp_path / "ds"
     shutil.copytree(casu_small, ds)
+    (ds / "casu_build.json").unlink()  # edited by hand below: no longer the build that wrote it
     rows = pq.read_table(ds / "role_inference").to_pylist()
     for r in rows:
         r["task"] = "sound_source"

@@ -293,6 +293,11 @@ def test_validity_reports_a_stem_that_differs(family_dataset, tmp_path):
     rows[1]["speech"] = {"bytes": encode_flac(x), "path": rows[1]["speech"]["path"]}
     schema = pq.read_schema(str(f))
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), str(f))
+    # The build record names the edited file: the folder is not the build that wrote it ...
+    v, _ = fv.check_built(bad)
+    assert len(v) == 1 and f.name in v[0]["problem"] and "not the file build" in v[0]["problem"]
+    # ... and without the record (a folder made by other means) the stem check finds the difference.
+    (bad / "casu_build.json").unlink()
     v, _ = fv.check_built(bad)
     assert len(v) == 1 and v[0]["field"] == f"{rows[1]['scene_id']}.speech"
 

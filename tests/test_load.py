@@ -77,7 +77,7 @@ def test_a_request_that_keeps_failing_is_a_failed_sample_and_the_next_run_retrie
         rc, out, _ = run(ds, tmp_path / "res", url, 8, retries=2)
         assert rc == 4 and "1 sample(s) failed" in out and "load_scene7/q0" in out, out[-2000:]
         assert len(api.answered) == N - 1 and api.attempts[next(p for p in api.attempts if "load 7?" in p)] == 3
-        doc = json.loads(sorted((tmp_path / "res").glob("*/results_*.json"))[-1].read_text())
+        doc = json.loads(sorted((tmp_path / "res").glob("*/casu_results_*.json"))[-1].read_text())
         assert doc["status"] == "errors" and [e["id"] for e in doc["errors"]] == ["load_scene7/q0"]
         api.always_fail = None
         before = sum(api.attempts.values())
