@@ -173,3 +173,16 @@ def _forget_registered_secrets():
     yield
     from casu_dataset import redact
     redact._EXTRA.clear()
+
+
+def call_main(main, argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a CLI `main(argv)` run in this process."""
+    import contextlib
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()

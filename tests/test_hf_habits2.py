@@ -4,8 +4,6 @@ strict model arguments, pr-eval-results bound to its model repo, lm-eval-shaped 
 notebook-first simple_evaluate. Nothing here touches the network."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import socket
 import threading
@@ -16,6 +14,8 @@ import pytest
 from fake_hub import FakeHub
 from model_adapters.baselines import RandomBaseline
 from test_harness_integrity import tiny_dataset
+from conftest import call_main
+from test_lmeval_habits import run  # noqa: E402  (one CLI run helper for both files)
 
 
 @pytest.fixture(scope="module")
@@ -26,18 +26,9 @@ def ds(tmp_path_factory) -> Path:
 def cli(*argv, main=None) -> tuple[int, str, str]:
     if main is None:
         from harness.__main__ import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
+    return call_main(main, argv)
 
 
-def run(ds, out, *argv, model="random"):
-    return cli("--model", model, "--tasks", "role_inference", "--dataset", str(ds), "--output_path", str(out),
-               "--quiet", "--no_probe", *argv)
 
 
 class Ckpt(RandomBaseline):

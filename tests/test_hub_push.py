@@ -3,13 +3,12 @@ upload_folder: several commits, resumable), against a local server that answers 
 and keeps what was committed. Nothing here touches the network."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
 from fake_hub import FakeHub as Hub
+from conftest import call_main
 
 
 @pytest.fixture
@@ -41,13 +40,7 @@ def folder(tmp_path):
 
 def cli(*argv) -> tuple[int, str, str]:
     from casu_dataset.cli import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
+    return call_main(main, argv)
 
 
 def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):

@@ -2,8 +2,6 @@
 view, and the leaderboard path (push / pr-eval-results against a local recording Hub)."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import pytest
 
 from fake_hub import FakeHub as Hub
 from test_harness_integrity import tiny_dataset
+from conftest import call_main
 
 FIX = str(Path(__file__).parent / "fixtures")
 
@@ -22,13 +21,7 @@ def ds(tmp_path_factory) -> Path:
 
 def cli(*argv) -> tuple[int, str, str]:
     from harness.__main__ import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
+    return call_main(main, argv)
 
 
 def run(ds, out, *argv, model="random"):
