@@ -398,11 +398,6 @@ def cmd_build(args) -> int:
         print(f"catalog {builder.retriever.catalog.name}: {rej['rejected']} clip(s) or row(s) rejected, never used "
               "(listed in the card and build_report.json): " + "; ".join(
                   f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]), file=sys.stderr)
-    problems = fill_problems(scenes, builder.retriever, check_retrieval=is_family_library(lib))
-    if problems:  # retrieval never falls back silently to a clip of another type
-        _error(f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
-               + "\n  ".join(problems[:20]))
-        return 1
     command = "python -m casu_dataset " + " ".join(sys.argv[1:]) if args.record_command else "python -m casu_dataset build"
     from .build import build_settings
     from .lock import LockError, load_for, lock_path
@@ -417,6 +412,12 @@ def cmd_build(args) -> int:
     if lock is not None:
         builder.lock, spec["lock"] = lock, str(lock.path)
         print(f"following the realization lock {lock.path} ({lock.short}): no retrieval or Whisper decision is made")
+    # A followed lock names every clip (checked by hash when used): no retrieval to preflight.
+    problems = fill_problems(scenes, builder.retriever, check_retrieval=is_family_library(lib) and lock is None)
+    if problems:  # retrieval never falls back silently to a clip of another type
+        _error(f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
+               + "\n  ".join(problems[:20]))
+        return 1
     if args.relock and (args.num_shards > 1 or not args.check_speech):
         _error("--relock: a lock is made from a whole build with the speech checks (no --num-shards, no "
                "--no-check-speech)")
