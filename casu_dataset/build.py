@@ -414,7 +414,8 @@ class FolderWriter:
                 n = len(self.shards[c])
                 for i, part in enumerate(self.shards[c]):
                     os.replace(part, self.stage / c / shard_name(i, n))
-            hashes = build_manifest.config_hashes(self.stage, dataset_configs())
+            shas = build_manifest.file_hashes(self.stage)  # only the parquet files exist yet
+            hashes = build_manifest.config_hashes(shas, dataset_configs())
             if on_configs is not None:
                 on_configs(hashes)
             self.identity = build_manifest.identity(report.lock, {c: hashes[c] for c in mcq_configs()})
@@ -431,7 +432,7 @@ class FolderWriter:
             for fname, text in (("ATTRIBUTION.md", attribution), ("build_report.json", build_report),
                                 ("eval.yaml", eval_yaml(rows, settings)), ("README.md", card)):
                 (self.stage / fname).write_text(text)
-            build_manifest.write(self.stage, self.identity)
+            build_manifest.write(self.stage, self.identity, known=shas)
             atomic.fsync_tree(self.stage)  # on disk before the swap, so a crash cannot expose an empty file
             self._swap()
         except BaseException:

@@ -14,6 +14,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from .audio_io import file_sha256
+
 MANIFEST = "casu_build.json"
 MANIFEST_FORMAT = "casu-build"
 MANIFEST_VERSION = 1
@@ -21,14 +23,6 @@ MANIFEST_VERSION = 1
 
 class MixedFolderError(ValueError):
     """A dataset folder holding files of more than one build; the message names the file."""
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _members(root: Path) -> list[Path]:
@@ -43,20 +37,29 @@ def identity(lock: dict | None, configs: dict[str, str]) -> dict:
     return {**body, "sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
 
 
-def config_hashes(root: Path, configs: list[str]) -> dict[str, str]:
-    """sha256 over each config's parquet files (names and bytes, in name order)."""
+def file_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every visible file of the folder, by path relative to it."""
+    return {p.relative_to(root).as_posix(): file_sha256(p) for p in _members(root)}
+
+
+def config_hashes(shas: dict[str, str], configs: list[str]) -> dict[str, str]:
+    """sha256 over each config's parquet files (names and file hashes, in name order), from
+    `file_hashes`: the files are read once for these and for the record."""
     out = {}
     for c in configs:
         h = hashlib.sha256()
-        for f in sorted((root / c).glob("*.parquet")):
-            h.update(f.name.encode() + b"\0" + bytes.fromhex(file_sha256(f)))
+        for rel in sorted(r for r in shas if r.startswith(c + "/") and r.count("/") == 1 and r.endswith(".parquet")):
+            h.update(rel.split("/", 1)[1].encode() + b"\0" + bytes.fromhex(shas[rel]))
         out[c] = h.hexdigest()
     return out
 
 
-def write(root: Path, ident: dict) -> dict:
-    files = {p.relative_to(root).as_posix(): {"sha256": file_sha256(p), "bytes": p.stat().st_size}
-             for p in _members(root)}
+def write(root: Path, ident: dict, known: dict[str, str] | None = None) -> dict:
+    """Write the record of every file in `root`; `known` (path -> sha256) spares re-reading files
+    already hashed (file_hashes) that have not changed since."""
+    known = known or {}
+    files = {rel: {"sha256": known.get(rel) or file_sha256(p), "bytes": p.stat().st_size}
+             for rel, p in ((p.relative_to(root).as_posix(), p) for p in _members(root))}
     record = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "identity": ident, "files": files}
     (root / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .audio_io import array_sha256
+
 LOCK_FORMAT = "casu-realization-lock"
 LOCK_VERSION = 1
 LOCK_NAME = "realization.lock.jsonl"
@@ -65,10 +67,6 @@ def lock_path(lib: Path) -> Path:
 
 def locked_settings(settings: dict, mix_config: dict) -> dict:
     return {**{k: settings[k] for k in LOCKED_SETTINGS if k != "mix_config"}, "mix_config": mix_config}
-
-
-def pcm_sha256(x: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
 
 
 def stem_lufs(flac: bytes) -> float:
@@ -143,7 +141,7 @@ def load_for(lib: Path, settings: dict, mix_config: dict, scene_ids: list[str]) 
 
 def scene_entry(scene_id: str, annotation: dict, flac: dict[str, bytes], turn_pcm: list[np.ndarray]) -> dict:
     return {"scene_id": scene_id, "annotation": annotation,
-            "turns": [{"samples": int(x.shape[0]), "pcm_sha256": pcm_sha256(x)} for x in turn_pcm],
+            "turns": [{"samples": int(x.shape[0]), "pcm_sha256": array_sha256(x)} for x in turn_pcm],
             "stems": {k: {"sha256": hashlib.sha256(flac[k]).hexdigest(), "lufs": stem_lufs(flac[k])}
                       for k in STEMS}}
 
@@ -229,7 +227,7 @@ def realize_locked(scene, entry: dict, builder) -> tuple[dict, dict[str, bytes],
             raise LockError(f"{where}: turns[{i}] ({vid}): the TTS gave {x.shape[0]} samples, the lock "
                             f"{locked['samples']} (|diff| > {DRIFT_LIMITS['turn_samples']}): not the same speech")
         x = _conform(x, locked["samples"])
-        same = pcm_sha256(x) == locked["pcm_sha256"]
+        same = array_sha256(x) == locked["pcm_sha256"]
         drift.turns.append({"padded": int(delta), "pcm_equal": same})
         turn_refs.append(SourceRef(str(path), t["clip_id"]))
         turn_clips.append(Clip(audio=x, sha256=t["sha256"], lufs=0.0))

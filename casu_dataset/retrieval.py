@@ -94,6 +94,7 @@ class Embedder:
                                 convert_to_numpy=True, show_progress_bar=False)
         return quantize(out)
 
+
 def quantize(x: np.ndarray) -> np.ndarray:
     """Round to multiples of 2**-QUANT_BITS (exact in float32), so dot products are exact."""
     q = float(2 ** QUANT_BITS)

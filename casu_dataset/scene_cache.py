@@ -70,17 +70,22 @@ def build_scene(scene, seed: int, builder, cache_dir: Path, settings: dict | Non
         return {"annotation": ann, "flac": flac}, True
     res = builder.build(scene.script, seed, **(settings or {}))
     flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
+    _store(d, {"annotation.json": json.dumps(res.annotation, sort_keys=True).encode(),
+               **{f"{k}.flac": b for k, b in flac.items()}})
+    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}, False
+
+
+def _store(d: Path, files: dict[str, bytes]) -> None:
+    """Write a scene's files to `<key>.tmpPID/` and rename it to `d` (`done` marks it complete)."""
     tmp = d.with_name(d.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "annotation.json").write_text(json.dumps(res.annotation, sort_keys=True))
-    for k, b in flac.items():
-        (tmp / f"{k}.flac").write_bytes(b)
+    for name, b in files.items():
+        (tmp / name).write_bytes(b)
     (tmp / "done").write_text("ok")
     if d.exists():  # a concurrent build finished the same scene first
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         tmp.replace(d)
-    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}, False
 
 
 def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = None) -> tuple[dict, bool]:
@@ -98,16 +103,8 @@ def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = N
         return {"annotation": entry["annotation"], "flac": flac,
                 "drift": json.loads((d / "drift.json").read_text())}, True
     ann, flac, drift = realize_locked(scene, entry, builder)
-    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for k, b in flac.items():
-        (tmp / f"{k}.flac").write_bytes(b)
-    (tmp / "drift.json").write_text(json.dumps(drift.to_dict(), sort_keys=True))
-    (tmp / "done").write_text("ok")
-    if d.exists():  # a concurrent build finished the same scene first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.replace(d)
+    _store(d, {"drift.json": json.dumps(drift.to_dict(), sort_keys=True).encode(),
+               **{f"{k}.flac": b for k, b in flac.items()}})
     return {"annotation": ann, "flac": flac, "drift": drift.to_dict()}, False
 
 

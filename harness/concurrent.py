@@ -16,7 +16,7 @@ from model_adapters.base import AdapterError, Request
 
 
 def process_concurrently(todo, group, adapter, data, cache, batch_size, state, out, bar, failures) -> None:
-    from .runner import _call, _prepare_audio
+    from .runner import _call, _one_by_one, _prepare_audio
 
     def call(units, reqs):  # in a pool thread; RunState's counters are sums, a lost update is harmless
         try:
@@ -26,15 +26,7 @@ def process_concurrently(todo, group, adapter, data, cache, batch_size, state, o
         except Exception as err:  # noqa: BLE001 - retry alone so one bad request cannot sink its batch
             if len(units) == 1:  # already alone: its retries are spent, it is a failed sample
                 return [{"error": f"{type(err).__name__}: {err}"}]
-            res = []
-            for u, r in zip(units, reqs):
-                try:
-                    res.extend(_call(adapter, [u], [r], state))
-                except AdapterError:
-                    raise
-                except Exception as err:  # noqa: BLE001 - recorded as a failed sample
-                    res.append({"error": f"{type(err).__name__}: {err}"})
-            return res
+            return _one_by_one(adapter, units, reqs, state)
 
     # Batches queued at once: twice the limit when the adapter enforces it itself, so the
     # semaphore stays busy while some requests sleep out a rate limit; else exactly the limit.

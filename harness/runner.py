@@ -112,6 +112,20 @@ def _prepare_audio(u: Unit, data: CasuData, adapter: Adapter, state: RunState) -
     return x
 
 
+def _one_by_one(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[dict]:
+    """Each request alone, so one bad sample cannot sink its batch: a request that fails is a
+    failed sample; an AdapterError (the model cannot run at all) stops the run."""
+    results = []
+    for u, r in zip(units, reqs):
+        try:
+            results.extend(_call(adapter, [u], [r], state))
+        except AdapterError:
+            raise
+        except Exception as err:  # noqa: BLE001 - recorded as a failed sample
+            results.append({"error": f"{type(err).__name__}: {err}"})
+    return results
+
+
 def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[dict]:
     t0 = time.perf_counter()
     try:
@@ -268,14 +282,7 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
                     continue
                 results = None
             if results is None:  # retry one by one, so one bad sample cannot sink its batch
-                results = []
-                for u, r in zip(ok_units, reqs):
-                    try:
-                        results.extend(_call(adapter, [u], [r], state))
-                    except AdapterError:
-                        raise
-                    except Exception as err:
-                        results.append({"error": f"{type(err).__name__}: {err}"})
+                results = _one_by_one(adapter, ok_units, reqs, state)
             for u, res in zip(ok_units, results):
                 out[u.key] = res
                 if cache is not None and "error" not in res:
