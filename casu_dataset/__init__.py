@@ -4,7 +4,7 @@ __version__ = "0.2.0"
 
 def __getattr__(name):
     # Lazy, so `import casu_dataset` stays cheap: `casu_dataset.load(path, task)` (see loading.py).
-    if name in ("load", "Item", "LoadError", "data_files", "waveform"):
+    if name in ("load", "Row", "LoadError", "data_files", "waveform"):
         from . import loading
         return getattr(loading, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

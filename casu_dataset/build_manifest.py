@@ -102,7 +102,21 @@ def verify(root: Path, read_hashes: dict[str, str] | None = None, full: bool = F
                                    "the folder mixes two builds; rebuild it")
         sha = (read_hashes or {}).get(rel) or (file_sha256(p) if full or rel.endswith((".md", ".json", ".yaml"))
                                               else None)
-        if sha is not None and sha != meta["sha256"]:
-            raise MixedFolderError(f"{root / rel}: not the file build {build} wrote (sha256 {sha[:12]} != "
-                                   f"{meta['sha256'][:12]}): the folder mixes two builds; rebuild it")
+        if sha is not None:
+            check_file(root, record, rel, sha)
     return record
+
+
+def check_file(root: Path, record: dict | None, rel: str, sha: str) -> None:
+    """That the bytes a reader just read (their sha256) are the file the build wrote at `rel`
+    (a folder verified once, then each file checked as it is read). No record: nothing to check."""
+    if record is None:
+        return
+    build = record["identity"].get("sha256", "?")[:16]
+    meta = record["files"].get(rel)
+    if meta is None:
+        raise MixedFolderError(f"{Path(root) / rel}: not part of build {build} (not in {MANIFEST}): a copy, a link "
+                               "or a file of another build; remove it or rebuild the folder")
+    if sha != meta["sha256"]:
+        raise MixedFolderError(f"{Path(root) / rel}: not the file build {build} wrote (sha256 {sha[:12]} != "
+                               f"{meta['sha256'][:12]}): the folder mixes two builds; rebuild it")
