@@ -142,7 +142,9 @@ def _conditions(conditions):
 
 
 def _open_data(dataset: str, tasks, seed: int):
-    from .data import CasuData, DatasetError, is_local
+    from casu_dataset.reader import is_local
+
+    from .data import CasuData, DatasetError
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
         raise UsageError(f"--dataset {dataset}: no such folder (build one with `python -m casu_dataset build "
                          f"--out {dataset}`, or give a Hub repo id ORG/NAME)")

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from casu_dataset.llm.cache import ResponseCache
+from casu_dataset.reader import Row
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 from .conditions import FULL, Condition
-from .data import CasuData, Sample
+from .data import CasuData
 from .parsing import LETTERS, parse_choice
 from .prompts import build_prompt, rotate
 from .task_config import TaskConfig
@@ -31,7 +32,7 @@ from .task_config import TaskConfig
 @dataclass
 class Unit:
     task: TaskConfig
-    sample: Sample
+    sample: Row
     condition: Condition
     rotation: int
     mode: str  # "generate" or "loglikelihood"
@@ -40,7 +41,7 @@ class Unit:
     answer: str
     key: str = ""
     system: str | None = None  # --system_instruction: the request's system turn
-    audio_override: object = None  # the audio probe: "silence", or another Sample whose audio is played
+    audio_override: object = None  # the audio probe: "silence", or another Row whose audio is played
 
 
 @dataclass
@@ -74,7 +75,7 @@ def choose_mode(task: TaskConfig, adapter: Adapter, scoring: str) -> str:
     return "loglikelihood" if adapter.prefers_loglikelihood and adapter.supports_loglikelihood else "generate"
 
 
-def make_units(task: TaskConfig, samples: list[Sample], conditions: list[Condition], adapter: Adapter,
+def make_units(task: TaskConfig, samples: list[Row], conditions: list[Condition], adapter: Adapter,
                scoring: str, scene_hint: bool, circular: bool, base_key: list,
                system: str | None = None) -> list[Unit]:
     mode = choose_mode(task, adapter, scoring)
@@ -99,7 +100,7 @@ def _prepare_audio(u: Unit, data: CasuData, adapter: Adapter, state: RunState) -
         return None
     if u.audio_override == "silence":
         x = np.zeros_like(data.audio(u.sample, FULL))
-    elif isinstance(u.audio_override, Sample):
+    elif isinstance(u.audio_override, Row):
         x = data.audio(u.audio_override, FULL)
     else:
         x = data.audio(u.sample, u.condition)

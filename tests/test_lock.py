@@ -230,12 +230,12 @@ def _mixed(locked, tmp_path, session_cache) -> tuple[Path, Path]:
 def test_readers_refuse_a_folder_mixing_two_builds(locked, tmp_path, session_cache):
     from casu_dataset import load
     from casu_dataset.family_validity import check_built
-    from harness.data import DatasetError, read_local
+    from casu_dataset.reader import BuiltDataset, LoadError
     a, b = _mixed(locked, tmp_path, session_cache)
     f = "contextual_reasoning/test-00000-of-00001.parquet"
     shutil.copy(b / f, a / f)  # one config from another build
-    with pytest.raises(DatasetError, match=r"contextual_reasoning/test-00000-of-00001.parquet: not the file build"):
-        read_local(a, "contextual_reasoning", "test")
+    with pytest.raises(LoadError, match=r"contextual_reasoning/test-00000-of-00001.parquet: not the file build"):
+        BuiltDataset(a).table("contextual_reasoning")
     with pytest.raises(Exception, match="not the file build"):
         load(a, "contextual_reasoning")
     assert "not the file build" in str(check_built(a)[0][0])
@@ -243,13 +243,13 @@ def test_readers_refuse_a_folder_mixing_two_builds(locked, tmp_path, session_cac
     a, b = _mixed(locked, tmp_path, session_cache)
     c = a / "contextual_reasoning"
     (c / "copy.parquet").write_bytes((c / "test-00000-of-00001.parquet").read_bytes())
-    with pytest.raises(DatasetError, match=r"contextual_reasoning/copy.parquet: not part of build"):
-        read_local(a, "contextual_reasoning", "test")
+    with pytest.raises(LoadError, match=r"contextual_reasoning/copy.parquet: not part of build"):
+        BuiltDataset(a).table("contextual_reasoning")
     (c / "copy.parquet").unlink()
     (c / "link.parquet").symlink_to(b / "contextual_reasoning" / "test-00000-of-00001.parquet")
     # a link to another build's file: refused by name (it resolves outside this folder)
-    with pytest.raises(DatasetError, match=r"contextual_reasoning/link.parquet"):
-        read_local(a, "contextual_reasoning", "test")
+    with pytest.raises(LoadError, match=r"contextual_reasoning/link.parquet"):
+        BuiltDataset(a).table("contextual_reasoning")
 
 
 def test_harness_refuses_a_mixed_folder_and_records_the_identity(locked, tmp_path, session_cache):
