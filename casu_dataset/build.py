@@ -481,12 +481,12 @@ def write_folder(out: Path, rows: dict, report: BuildReport, settings: dict) -> 
 
 def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
     """Join shard folders into one dataset identical to a single-machine build."""
-    import pyarrow.parquet as pq
-    from .build_manifest import verify
+    from .reader import BuiltDataset
     out = Path(out)
     reports = []
-    for d in shards:
-        verify(Path(d))  # MixedFolderError (a ValueError) naming the file of another build
+    folders = [BuiltDataset(Path(d)) for d in shards]
+    for d, ds in zip(shards, folders):
+        ds.verify()  # checked first: LoadError (a ValueError) naming the file of another build
         p = Path(d) / "build_report.json"
         if not p.is_file():
             raise FileNotFoundError(f"{d}: not a CASU build folder (no build_report.json)")
@@ -500,13 +500,13 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
             raise ValueError(f"{d}: built with different settings than {shards[0]}; shards cannot be merged")
     if any("catalog_rejected" in r["settings"] for r in reports):
         settings["catalog_rejected"] = merge_rejected([r["settings"].get("catalog_rejected") for r in reports])
-    files = {c: [sorted((Path(d) / c).glob("*.parquet")) for d in shards] for c in dataset_configs()}
+    files = {c: [ds.files(c) for ds in folders] for c in dataset_configs()}
     # Pass 1 (no audio): the rows the card is made from. Stable by scene: a scene's rows are all
     # in one shard and keep their order.
     rows = {}
-    for c, per_shard in files.items():
-        meta = [r for fs in per_shard for f in fs for r in pq.read_table(
-            str(f), columns=[n for n in features(c) if n not in AUDIO_COLUMNS], use_threads=False).to_pylist()]
+    for c in files:
+        cols = [n for n in features(c) if n not in AUDIO_COLUMNS]
+        meta = [r for ds in folders for r in ds.table(c, columns=cols).arrow.to_pylist()]
         rows[c] = sorted(meta, key=lambda r: r["scene_id"])
     report = BuildReport(built=sorted(b for r in reports for b in r["built"]),
                          skipped=sorted((s for r in reports for s in r["skipped"]), key=lambda s: s["scene_id"]))

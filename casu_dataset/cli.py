@@ -560,15 +560,14 @@ def cmd_review(args) -> int:
 
 
 def cmd_timeline(args) -> int:
-    import pyarrow.parquet as pq
-
     from .audio_io import decode_bytes
+    from .reader import BuiltDataset, LoadError
     from .review.timeline import timeline_png
     from .audio_io import AudioError
     try:
-        rows = pq.read_table(Path(args.dataset) / "scenes", columns=["scene_id", "audio", "annotation"], use_threads=False).to_pylist()
-    except (OSError, ValueError) as err:
-        _error(f"--dataset {args.dataset}: {err}")
+        rows = BuiltDataset(args.dataset).table("scenes", columns=["scene_id", "audio", "annotation"]).arrow.to_pylist()
+    except LoadError as err:
+        _error(f"--dataset {err}")
         return 2
     row = next((r for r in rows if r["scene_id"] == args.scene), None)
     if row is None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .contract import SCENES_CONFIG
 from .scenarios.families import _norm, families_of, naming_violations
 from .scenarios.library import LETTERS
 
@@ -138,25 +139,18 @@ def check_retrieval(scenes: list, retriever) -> list[Violation]:
 
 def check_built(folder: str | Path) -> tuple[list[Violation], dict]:
     """Stem identity in a built dataset (read from its parquet files, never from a cache)."""
-    import pyarrow.parquet as pq
     from .audio_io import decode_bytes
-    from .build_manifest import MixedFolderError, verify
-    folder = Path(folder)
-    try:
-        verify(folder, full=True)  # validity reads every stem anyway: check every file's hash
-    except MixedFolderError as err:
-        return [_v("-", str(folder), str(err))], {}
-    files = sorted((folder / "scenes").glob("*.parquet"))
-    if not files:
-        return [_v("-", f"{folder}/scenes", "no parquet files: not a built CASU dataset")], {}
+    from .reader import BuiltDataset, LoadError
+    ds = BuiltDataset(folder, full=True)  # validity reads every stem anyway: check every file's hash
     cols = ["scene_id", "family_id", "speech_group", "fill_group", "speech", "background", "events"]
-    rows = []
-    for f in files:
-        t = pq.read_table(str(f), use_threads=False)
-        missing = [c for c in cols if c not in t.column_names]
-        if missing:
-            return [_v("-", f"{f}", f"columns {missing} missing: built without contrast families")], {}
-        rows.extend(t.select(cols).to_pylist())
+    try:
+        t = ds.table(SCENES_CONFIG)
+    except LoadError as err:
+        return [_v("-", str(folder), str(err))], {}
+    missing = [c for c in cols if c not in t.columns]
+    if missing:
+        return [_v("-", f"{folder}/{SCENES_CONFIG}", f"columns {missing} missing: built without contrast families")], {}
+    rows = t.arrow.select(cols).to_pylist()
     out: list[Violation] = []
     stats = {"speech_groups": 0, "fill_groups": 0}
     for group, layers in (("speech_group", ["speech"]), ("fill_group", ["background", "events"])):

@@ -29,7 +29,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ..contract import mcq_configs, mcq_tasks
+from ..contract import SCENES_CONFIG, mcq_configs, mcq_tasks
 from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, option_moves,
                         validate, variant_question_error)
 
@@ -49,39 +49,35 @@ class ReviewData:
     """The built dataset (local folder), read with pyarrow: scenes, stems and questions."""
 
     def __init__(self, dataset: str | Path):
-        import pyarrow as pa
+        from ..reader import BuiltDataset, LoadError
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
-        from ..build_manifest import MixedFolderError, verify
         try:
-            verify(self.root)
-        except MixedFolderError as err:
+            self._read(BuiltDataset(self.root))
+        except LoadError as err:  # a mixed folder, a truncated or foreign parquet file
             raise ReviewError(f"--dataset {err}") from None
-        self._config = "scenes"
-        try:
-            self._read()
-        except (pa.ArrowException, OSError) as err:  # a truncated or foreign parquet file
-            raise ReviewError(f"--dataset {self.root}: {self._config}/: cannot read its parquet files ({err})") from None
         except KeyError as err:  # a table without a column the page needs
             raise ReviewError(f"--dataset {self.root}: {self._config}/: no column {err} (not a CASU build)") from None
         self.log = DecisionLog(decisions_path(self.root))
 
-    def _read(self) -> None:
-        import pyarrow.parquet as pq
-        self.scenes = {r["scene_id"]: r for r in pq.read_table(self.root / "scenes", use_threads=False).to_pylist()}
+    def _read(self, ds) -> None:
+        from ..reader import ConfigNotFound
+        self._config = SCENES_CONFIG  # named in the error if this config cannot be read
+        self.scenes = {r["scene_id"]: r for r in ds.table(SCENES_CONFIG).arrow.to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
         self.question_rows: dict[str, dict] = {}
         for c in mcq_configs():
-            self._config = c  # named in the error if this config cannot be read
-            files = sorted((self.root / c).glob("*.parquet"))
-            if files:
-                names = set(pq.read_schema(files[0]).names)  # v1 folders have no family columns
-                cols = ["id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
-                        "minimal_pair_id", *(f for f in FAMILY_COLS if f in names)]
-                for r in pq.read_table(self.root / c, columns=cols, use_threads=False).to_pylist():
-                    self.questions.setdefault(r["scene_id"], []).append(r)
-                    self.question_rows[r["id"]] = r
+            self._config = c
+            cols = ["id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
+                    "minimal_pair_id", *FAMILY_COLS]  # v1 folders have no family columns: those are left out
+            try:
+                t = ds.table(c, columns=cols)
+            except ConfigNotFound:  # a folder without this config has no questions of it
+                continue
+            for r in t.arrow.to_pylist():
+                self.questions.setdefault(r["scene_id"], []).append(r)
+                self.question_rows[r["id"]] = r
         self.question_ids = set(self.question_rows)
         # Contrast families (v2): family id -> its variants' scene ids, in variant order, and
         # FAMILY/TASK -> {scene id: that variant's question row}.
