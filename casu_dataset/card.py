@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 from string import Template
 
-from .contract import DESCRIPTION_TASK, dataset_configs, mcq_configs, tasks
-from .loading import ALL_CONFIG  # every multiple-choice question together: the default config
+from .contract import DESCRIPTION_TASK, EVAL_FRAMEWORK, LEADERBOARD_METRIC, dataset_configs, mcq_configs, tasks
+from .reader import ALL_CONFIG  # every multiple-choice question together: the default config
 
 DEFAULT_NAME = "CASU-mini"
 # 2.2.0: the same questions, built with portable numerics under a realization lock; 2.1.0: 40 slot families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2
@@ -112,12 +112,6 @@ def configs_yaml() -> str:
 # each task exactly id/config/split; the file is validated at push time, so nothing else goes in.
 EVAL_YAML_KEYS = ("name", "description", "evaluation_framework", "tasks")
 EVAL_TASK_KEYS = ("id", "config", "split")
-# Also each .eval_results entry's `evaluation_framework` (harness/push.py): the docs ask for the same value.
-EVAL_FRAMEWORK = "casu-harness"
-# The one value per task a model repo reports (.eval_results, harness/push.py), on one 0-100 scale:
-# (the entry's metric name, how eval.yaml's description names it).
-LEADERBOARD_METRIC = {"multiple_choice": ("accuracy", "accuracy x100"),
-                      "open": ("bertscore_f1", "BERTScore F1 x100")}
 
 
 def eval_yaml(rows: dict, settings: dict) -> str:

@@ -5,10 +5,17 @@ CASU dataset holds and the small infrastructure both sides share.
   are validated against it, and adding a task is one `register_task` entry plus one YAML;
 - the dataset configs, the contrast-family columns, the layer and condition names, option letters;
 - the scene annotation as a typed, version-checked reader with `active_spans()`;
+- what the dataset card and the harness's results both name: the evaluation framework and the
+  one leaderboard metric per task kind;
 - shared infrastructure: the cache root, one seeded-RNG derivation, atomic writes
-  (`casu_dataset.atomic`) and the Hub client (`casu_dataset.hub`).
+  (`casu_dataset.atomic`) and the Hub client (`casu_dataset.hub`);
+- the builder's models the harness scores with (the sentence embedder, the Whisper checker and
+  its transcript normaliser), each behind a function that imports it only when called.
 
-Everything here is cheap to import (numpy only): the harness imports it, never the builder's internals.
+Everything here is cheap to import (numpy only). `harness/` and `model_adapters/` import from
+`casu_dataset` only this module, `casu_dataset.reader` (the one reader of a built dataset),
+`casu_dataset.errors` and the shared infrastructure (`audio_io`, `loudness`, `atomic`, `redact`,
+`hub`, `llm`, `isa`); tests/test_contract.py holds them to it.
 """
 from __future__ import annotations
 
@@ -125,6 +132,16 @@ for _spec in (
     register_task(_spec)
 DESCRIPTION_TASK = "scene_description"  # the open task the builder writes references for
 AGENT_DEFAULT_TASKS = ("contextual_reasoning", "role_inference")  # `generate --families` asks these by default
+
+# ---------------------------------------------------------------- the card and the results
+
+# The dataset card's eval.yaml `evaluation_framework` and each .eval_results entry's (harness/push.py):
+# the Hub's docs ask for the same value.
+EVAL_FRAMEWORK = "casu-harness"
+# The one value per task a model repo reports (.eval_results, harness/push.py), on one 0-100 scale:
+# (the entry's metric name, how eval.yaml's description names it).
+LEADERBOARD_METRIC = {"multiple_choice": ("accuracy", "accuracy x100"),
+                      "open": ("bertscore_f1", "BERTScore F1 x100")}
 
 # ---------------------------------------------------------------- options, families, layers
 
@@ -257,3 +274,31 @@ def derive_rng(seed: int | None, key: str, *salt: int, nbytes: int = 8,
 def content_key(parts, length: int = 32) -> str:
     """sha256 over canonical JSON of `parts` (a cache key)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:length]
+
+
+# ---------------------------------------------------------------- the builder's models, imported on use
+
+
+def sentence_embedder(model: str | None = None, device: str = "cpu"):
+    """The retrieval's sentence embedder (casu_dataset.retrieval.Embedder; sentence-transformers)."""
+    from .retrieval import Embedder
+    return Embedder(model, device=device)
+
+
+def whisper_checker(model_path: str | None = None, device: str = "cpu"):
+    """The speech layer's Whisper transcriber (casu_dataset.speech.intelligibility.WhisperChecker;
+    faster-whisper). RuntimeError when the model cannot be loaded."""
+    from .speech.intelligibility import WhisperChecker
+    return WhisperChecker(model_path, device=device)
+
+
+def normalize_transcript(text: str) -> str:
+    """Whisper's English normaliser, as the speech layer's intelligibility check applies it."""
+    from .speech.intelligibility import normalize
+    return normalize(text)
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """WER of `hypothesis` against `reference`, both normalised (jiwer); ValueError on an empty reference."""
+    from .speech.intelligibility import wer
+    return wer(reference, hypothesis)

@@ -9,6 +9,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from casu_dataset.contract import normalize_transcript, sentence_embedder, word_error_rate
+
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
 # lm-eval's bootstrap_iters for the run in progress (simple_evaluate sets it): resamples of every
@@ -165,8 +167,7 @@ class EmbeddingEventMatcher:
     @property
     def embedder(self):
         if self._embedder is None:
-            from casu_dataset.retrieval import Embedder
-            self._embedder = Embedder()
+            self._embedder = sentence_embedder()
         return self._embedder
 
     def describe(self) -> dict:
@@ -219,8 +220,7 @@ def quoted_speech(description: str) -> str:
 def one_minus_wer(description: str, turns: list[str]) -> float | None:
     """1 - WER of the quoted speech against the script's turns (Whisper English normaliser +
     jiwer), floored at 0 so one rambling description cannot outweigh the rest."""
-    from casu_dataset.speech.intelligibility import normalize, wer
     ref = " ".join(turns)
-    if not normalize(ref):
+    if not normalize_transcript(ref):
         return None
-    return max(0.0, 1.0 - wer(ref, quoted_speech(description)))
+    return max(0.0, 1.0 - word_error_rate(ref, quoted_speech(description)))

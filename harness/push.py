@@ -20,8 +20,7 @@ from pathlib import Path
 import yaml
 
 from casu_dataset import hub
-from casu_dataset.card import EVAL_FRAMEWORK, LEADERBOARD_METRIC
-from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
+from casu_dataset.contract import DESCRIPTION_TASK, EVAL_FRAMEWORK, FULL_CONDITION, LEADERBOARD_METRIC
 
 
 class PushError(hub.HubError):
@@ -48,7 +47,8 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
 
     `checkpoint`: the results folder name (`qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`), the checkpoint
     (`Qwen/Qwen2.5-Omni-7B`) or the adapter name; needed when the folder holds several."""
-    from .results import checkpoint as ck_of, latest_runs, run_key
+    from .outputs import checkpoint as ck_of, run_key
+    from .results import latest_runs
     runs(output_path, skipped)  # PushError when there is no complete run at all
     full = latest_runs(output_path, full_only=True)
     latest = latest_runs(output_path)
@@ -90,7 +90,7 @@ def plan_push(output_path: str | Path, repo: str, skipped: list | None = None, c
     if doc.get("lm_eval_view") and lm.is_file():
         files.append(lm)
     # the run's files sit under the name of its checkpoint folder, as written, also for old folders
-    from .results import run_key
+    from .outputs import run_key
     ops = hub.folder_operations(f.parent, files, prefix=f"{run_key(doc['model'])}/")
     ops.append(CommitOperationAdd(path_in_repo="README.md",
                                   path_or_fileobj=results_card(output_path, repo).encode()))
@@ -101,7 +101,7 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
     """The sample logs of a run for a separate details repo (lm-eval's details_repo_name), with a card."""
     from huggingface_hub import CommitOperationAdd
 
-    from .results import run_key
+    from .outputs import run_key
     f, doc, logs = run
     ops = hub.folder_operations(f.parent, logs, prefix=f"{run_key(doc['model'])}/")
     card = "\n".join(["---", "pretty_name: CASU sample logs", "tags:", "- casu", "- evaluation", "---", "",
@@ -261,7 +261,7 @@ def eval_results_entries(doc: dict, dataset_id: str, source_url: str, proposed_f
     """One entry per task at full audio, on a 0-100 scale, with the settings in `notes` and the
     same `evaluation_framework` as the dataset's eval.yaml; `proposed_for`: the model repo a run of
     another checkpoint is proposed for by explicit override (said in every entry's notes)."""
-    from .results import checkpoint
+    from .outputs import checkpoint
     cfg = doc.get("config") or {}
     ck = checkpoint(doc["model"])
     override = (f"; OVERRIDE: checkpoint {ck or '(none)'} proposed for {proposed_for} with --allow_other_checkpoint"
@@ -302,14 +302,15 @@ def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: s
     every entry's notes record."""
     from huggingface_hub import CommitOperationAdd
 
-    from .results import checkpoint as ck_of
+    from .outputs import checkpoint as ck_of
     try:
         hub.check_repo_id(model_repo, "--model_repo")
         hub.check_repo_id(dataset_id, "--dataset_id")
     except hub.HubError as err:
         raise PushError(str(err)) from None
     if checkpoint is None:  # the target repo's own run, when the folder has one
-        from .results import latest_runs, run_key
+        from .outputs import run_key
+        from .results import latest_runs
         own = [r for r in latest_runs(output_path) if same_repo(ck_of(r[1]["model"]), model_repo)]
         checkpoint = run_key(own[0][1]["model"]) if len(own) == 1 else None
     f, doc, _ = select_run(output_path, checkpoint)

@@ -125,9 +125,9 @@ class Cascade(Adapter):
         if self.transcriber_name == "none":
             return None
         if self._asr is None:
-            from casu_dataset.speech.intelligibility import WhisperChecker
+            from casu_dataset.contract import whisper_checker
             try:
-                self._asr = WhisperChecker(self.transcriber_model, device=self.device)
+                self._asr = whisper_checker(self.transcriber_model, device=self.device)
             except RuntimeError as err:
                 raise AdapterError(f"cascade transcriber: {err}") from None
         return self._asr.transcribe(audio)
