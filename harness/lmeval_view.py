@@ -20,6 +20,8 @@ import re
 
 from casu_dataset.contract import FULL_CONDITION
 
+from .outputs import checkpoint, run_key
+
 # project metric -> lm-eval metric name; higher is better for all of them
 METRICS = {"accuracy": "acc", "family_accuracy": "family_acc", "circular_accuracy": "circular_acc",
            "paired_accuracy": "paired_acc", "bleu4": "bleu", "bertscore": "bertscore", "event_match": "event_match",
@@ -154,7 +156,6 @@ def task_hash(lines: list[dict]) -> str:
 
 def model_name(model: dict) -> str:
     """lm-eval's model_name: the checkpoint (`pretrained=`, an API's `model=`), else the adapter name."""
-    from .results import checkpoint
     return checkpoint(model) or model["name"]
 
 
@@ -191,7 +192,6 @@ def view(doc: dict) -> dict:
     model = doc["model"]
     tasks = list(doc["results"])
     per_task = (doc.get("evaluated") or {}).get("per_task") or {}
-    from .results import run_key
     results = {t: task_results(t, c) for t, c in doc["results"].items()}
     times = doc.get("run_times") or {}
     env = doc.get("env") or {}

@@ -156,3 +156,28 @@ class writing:
 
     def __exit__(self, *exc):
         self.mark.unlink(missing_ok=True)
+
+
+# -- where a run's files go ------------------------------------------------------------------
+
+def sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "__", name)
+
+
+def checkpoint(model: dict) -> str | None:
+    """The checkpoint a run evaluated: --model_args pretrained= (or an API adapter's model=)."""
+    args = model.get("args") or {}
+    ck = args.get("pretrained") or args.get("model")
+    return str(ck) if ck else None
+
+
+def run_key(model: dict) -> str:
+    """The results folder of a model: sanitized adapter name plus checkpoint, e.g.
+    `qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`, so two checkpoints of one adapter never share files."""
+    key = sanitize(model["name"])
+    ck = checkpoint(model)
+    if ck:
+        key += "__" + sanitize(ck.strip("/\\")).strip("_")
+    if len(key) > 120:  # a long local path: keep the readable tail, disambiguated by a hash
+        key = key[:60] + "__" + hashlib.sha256(key.encode()).hexdigest()[:10] + "__" + key[-40:]
+    return key

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
 
 from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
+
+from .lmeval_view import sample_lines, task_hash, view
+from .outputs import checkpoint, run_key
 
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 
@@ -47,30 +49,6 @@ def versions() -> dict:
     return out
 
 
-def sanitize(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "__", name)
-
-
-def checkpoint(model: dict) -> str | None:
-    """The checkpoint a run evaluated: --model_args pretrained= (or an API adapter's model=)."""
-    args = model.get("args") or {}
-    ck = args.get("pretrained") or args.get("model")
-    return str(ck) if ck else None
-
-
-def run_key(model: dict) -> str:
-    """The results folder of a model: sanitized adapter name plus checkpoint, e.g.
-    `qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`, so two checkpoints of one adapter never share files."""
-    import hashlib
-    key = sanitize(model["name"])
-    ck = checkpoint(model)
-    if ck:
-        key += "__" + sanitize(ck.strip("/\\")).strip("_")
-    if len(key) > 120:  # a long local path: keep the readable tail, disambiguated by a hash
-        key = key[:60] + "__" + hashlib.sha256(key.encode()).hexdigest()[:10] + "__" + key[-40:]
-    return key
-
-
 def display_name(doc: dict) -> str:
     ck = checkpoint(doc["model"])
     return doc["model"]["name"] + (f" ({ck})" if ck else "")
@@ -100,7 +78,6 @@ def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | Non
              run_times: dict | None = None) -> dict:
     """Everything but the per-sample logs, in the documented schema. `run_times`: {start, end}
     UNIX times of the evaluation (lm-eval's date, start_time, end_time)."""
-    from .lmeval_view import sample_lines, task_hash
     status = "errors" if ev["errors"] else "ok"
     hashes = {t: task_hash(sample_lines(t, recs, (ev.get("generation") or {}).get(t)))
               for t, recs in (ev.get("samples") or {}).items()}
@@ -401,7 +378,6 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
-    from .lmeval_view import sample_lines, view
     from .outputs import atomic_open, atomic_write, file_record
     logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():
