@@ -84,3 +84,71 @@ def test_one_repo_id_check_for_dataset_and_results_push():
             check_repo_id(bad)
     with pytest.raises(PushError, match="--repo 'org/a--b'"):  # the harness's push uses the same check
         plan_push("unused", "org/a--b")
+
+
+# What harness/ and model_adapters/ may import from casu_dataset: the contract, the reader, the
+# errors and the shared infrastructure; everything else of the builder comes through the contract.
+ALLOWED = {"casu_dataset.contract", "casu_dataset.reader", "casu_dataset.errors", "casu_dataset.audio_io",
+           "casu_dataset.loudness", "casu_dataset.atomic", "casu_dataset.redact", "casu_dataset.hub",
+           "casu_dataset.llm", "casu_dataset.isa"}
+
+
+def _allowed(module: str) -> bool:
+    return module in ALLOWED or module.startswith("casu_dataset.llm.")
+
+
+def casu_imports(path):
+    """(line, module) of every import of a casu_dataset module in a file, at any depth (a lazy
+    import inside a function counts): `from casu_dataset import x` imports casu_dataset.x."""
+    import ast
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "casu_dataset"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "casu_dataset":
+            out += [(node.lineno, f"{node.module}.{a.name}" if node.module == "casu_dataset" else node.module)
+                    for a in node.names]
+    return sorted(out)
+
+
+def test_harness_imports_only_the_contract(tmp_path):
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(p for d in ("harness", "model_adapters") for p in (root / d).rglob("*.py"))
+    assert len(files) > 20
+    bad = [f"{f.relative_to(root)}:{line}: {mod}" for f in files for line, mod in casu_imports(f) if not _allowed(mod)]
+    assert not bad, "imports of casu_dataset outside the contract:\n" + "\n".join(bad)
+    # the check itself: each form of import it must catch is caught, with its line
+    probe = tmp_path / "probe.py"
+    probe.write_text("import casu_dataset.card\nfrom casu_dataset import retrieval, hub\n"
+                     "def f():\n    from casu_dataset.speech.intelligibility import wer\n"
+                     "from casu_dataset.llm.cache import ResponseCache\nimport casu_dataset\n")
+    assert [(n, m) for n, m in casu_imports(probe) if not _allowed(m)] == [
+        (1, "casu_dataset.card"), (2, "casu_dataset.retrieval"), (4, "casu_dataset.speech.intelligibility"),
+        (6, "casu_dataset")]
+
+
+def test_lmeval_view_and_results_import_at_module_level_without_a_cycle():
+    """results writes lm-eval's view (lmeval_view); both name a run's folder and checkpoint
+    (outputs): no import between them goes back."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "harness"
+
+    def imports(name):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+    assert "lmeval_view" in imports("results") and "results" not in imports("lmeval_view")
+    assert "outputs" in imports("lmeval_view") and not {"results", "lmeval_view"} & imports("outputs")
+
+
+def test_builder_models_come_through_the_contract():
+    """The harness's 1 - WER and the cascade's transcriber are the speech layer's own (lazily imported)."""
+    from casu_dataset.speech import intelligibility
+    assert contract.normalize_transcript("Hello, World!") == intelligibility.normalize("Hello, World!") == "hello world"
+    assert contract.word_error_rate("the cat sat", "the cat sat down") == pytest.approx(1 / 3)
+    from harness.metrics import one_minus_wer
+    assert one_minus_wer('She said "the cat sat".', ["the cat sat"]) == 1.0
+    with pytest.raises(ValueError, match="reference is empty"):
+        contract.word_error_rate("", "x")
