@@ -224,3 +224,22 @@ def test_validate_checks_tasks_against_a_dataset(tmp_path, env):
     pq.write_table(pq.read_table(sd).drop_columns(["reference"]), sd)
     p = harness(env, "validate", "--dataset", str(d), check=False)
     assert p.returncode == 2 and "no column(s) ['reference']" in p.stderr and "ok  role_inference" in p.stdout
+
+
+def test_a_dropped_casudata_frees_its_tables_and_audio(tmp_path):
+    """Tables and rows are held by their CasuData alone (they were lru_cache'd on the class, so
+    every dataset a process evaluated stayed in memory until exit)."""
+    import gc
+    import weakref
+
+    from harness.conditions import FULL
+    d = tiny_dataset(tmp_path / "ds", 3, "w")
+    data = CasuData(d)
+    data.check_all([TASKS["role_inference"]])
+    rows = data.samples("role_inference")
+    assert data.samples("role_inference") is rows and len(rows) == 3  # read once per CasuData
+    assert data.audio(rows[0], FULL).dtype == np.float32
+    gone = weakref.ref(data), weakref.ref(data.table("role_inference"))
+    del data, rows
+    gc.collect()
+    assert gone[0]() is None and gone[1]() is None

@@ -156,3 +156,52 @@ def test_eval_results_entries_match_the_datasets_eval_yaml(casu_small):
     for e in entries:
         assert e["evaluation_framework"] == doc["evaluation_framework"] and 0 <= e["value"] <= 100
         assert label[e["dataset"]["task_id"]] == names[e["notes"].split(" x100")[0]]
+
+
+def test_reader_checks_the_build_once_and_rows_keep_no_audio(casu_small, monkeypatch):
+    """One build-record check per folder however many configs are read; each file read is still
+    compared with the record; a row is frozen and holds no audio bytes of its own."""
+    import dataclasses
+
+    from casu_dataset import build_manifest
+    from casu_dataset.reader import BuiltDataset, LoadError, Row
+    calls = []
+    real = build_manifest.verify
+    monkeypatch.setattr(build_manifest, "verify", lambda *a, **k: calls.append(a) or real(*a, **k))
+    ds = BuiltDataset(casu_small)
+    rows = [r for c in mcq_configs() for r in ds.rows(c)] + ds.rows("scene_description")
+    assert len(calls) == 1 and ds.identity["sha256"]
+    assert all(isinstance(r, Row) for r in rows) and len({r.id for r in rows}) == len(rows)
+    r = rows[0]
+    assert not [k for k, v in vars(r).items() if isinstance(v, (bytes, np.ndarray))]
+    table = pq.read_table(str(casu_small / r.task), use_threads=False).to_pylist()
+    assert r.audio_bytes == next(t["audio"]["bytes"] for t in table if t["id"] == r.id)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.answer = "B"
+    # a config rewritten after the folder was checked is refused when it is read, by name
+    f = next((casu_small / "scene_description").glob("*.parquet"))
+    ds2 = BuiltDataset(casu_small)
+    ds2.rows("role_inference")
+    blob = f.read_bytes()
+    try:
+        f.write_bytes(blob[:-8] + bytes(8))  # same size, other bytes
+        with pytest.raises(LoadError, match=rf"scene_description/{f.name}: not the file build"):
+            ds2.rows("scene_description")
+    finally:
+        f.write_bytes(blob)
+
+
+def test_reader_refuses_bad_rows_naming_them(tmp_path, casu_small):
+    import pyarrow as pa
+
+    from casu_dataset.reader import BuiltDataset, LoadError
+    t = pq.read_table(str(casu_small / "role_inference"), use_threads=False)
+    rows = t.to_pylist()
+    out = tmp_path / "ds"
+    (out / "role_inference").mkdir(parents=True)
+    bad = [dict(rows[0], answer="E")] + rows[1:]
+    pq.write_table(pa.Table.from_pylist(bad, schema=t.schema), out / "role_inference" / "test-00000-of-00001.parquet")
+    with pytest.raises(LoadError, match=rf"config 'role_inference' row 0 \({rows[0]['id']}\): answer 'E' is not one"):
+        BuiltDataset(out).rows("role_inference")
+    with pytest.raises(LoadError, match=r"config 'x/\.\.' is not a plain folder name"):
+        BuiltDataset(out).rows("x/..")
