@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .audio_io import SAMPLE_RATE
 from .contract import FAMILY_FIELDS, LETTERS, SCENES_CONFIG, mcq_configs
 from .errors import CasuError
 
 ALL_CONFIG = "all"  # every multiple-choice question together (the card's default config)
-SAMPLE_RATE = 16000  # every audio column of a build is 16 kHz mono FLAC
 
 
 class LoadError(CasuError, ValueError):
@@ -267,6 +267,8 @@ class BuiltDataset:
     # -- a local folder ----------------------------------------------------------------------
 
     def _folder(self) -> Path:
+        if not self.local:
+            raise LoadError(f"{self.source}: a Hub repo id, not a dataset folder (this reads a local folder only)")
         if not self.root.is_dir():
             raise DatasetNotFound(f"{self.source}: no such folder (build one with `python -m casu_dataset "
                                   f"build --out {self.source}`)")
@@ -383,14 +385,14 @@ class BuiltDataset:
                     t = pq.read_table(str(f), columns=[c for c in columns if c in have], use_threads=False)
             except (pa.ArrowException, OSError) as err:
                 raise LoadError(f"{self.source}: {rel}: not a readable parquet file ({err})") from None
-            bad = column_problems(t.schema, _required(config))
-            if bad:
-                raise LoadError(f"{self.source}: {rel}: " + "; ".join(bad))
             if tables:  # shards of one config must agree exactly: promoting would fill the gaps with nulls
                 diff = schema_difference(tables[0][1].schema, t.schema)
                 if diff:
                     raise LoadError(f"{self.source}: config {config!r}: {rel} has another schema than "
                                     f"{tables[0][0]} ({diff})")
+            bad = column_problems(t.schema, _required(config))
+            if bad:
+                raise LoadError(f"{self.source}: {rel}: " + "; ".join(bad))
             tables.append((rel, t))
         arrow = pa.concat_tables([t for _, t in tables]) if len(tables) > 1 else tables[0][1]
         return Table(self.source, config, split, arrow, h.hexdigest() if columns is None else None)
