@@ -205,3 +205,22 @@ def test_reader_refuses_bad_rows_naming_them(tmp_path, casu_small):
         BuiltDataset(out).rows("role_inference")
     with pytest.raises(LoadError, match=r"config 'x/\.\.' is not a plain folder name"):
         BuiltDataset(out).rows("x/..")
+
+
+def test_a_hub_id_reads_the_rows_the_folder_holds(casu_small, tmp_path, monkeypatch):
+    """A Hub id goes through datasets.load_dataset (here a repo serving the folder's own files)
+    and gives the same rows, audio read from the Arrow table."""
+    import datasets
+    real = datasets.load_dataset
+    asked = []
+
+    def hub(repo, config, split):
+        asked.append((repo, config, split))
+        return real("parquet", data_files=casu_dataset.data_files(casu_small, config, split), split=split,
+                    cache_dir=str(tmp_path))
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    rows = casu_dataset.load("casu-org/casu", "role_inference")
+    local = casu_dataset.load(casu_small, "role_inference")
+    assert asked == [("casu-org/casu", "role_inference", "test")]
+    assert rows == local and [r.audio_bytes for r in rows] == [r.audio_bytes for r in local]
+    np.testing.assert_array_equal(rows[0].waveform, local[0].waveform)
