@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from .contract import FAMILY_FIELDS, LETTERS, SCENES_CONFIG, UnknownTaskError, mcq_configs, registered_task, tasks
+from .errors import CasuError
 
 ALL_CONFIG = "all"  # every multiple-choice question (the card's default config)
 
 
-class LoadError(ValueError):
+class LoadError(CasuError, ValueError):
     """A dataset that cannot be loaded as asked (the message names the folder, config or task)."""
 
 

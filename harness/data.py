@@ -28,9 +28,10 @@ from casu_dataset.contract import LETTERS, AnnotationError, SceneAnnotation
 from casu_dataset.table_schema import AUDIO, column_problems, id_problems, kind_of, schema_difference
 
 from .conditions import Condition, render
+from casu_dataset.errors import CasuError
 
 
-class DatasetError(ValueError):
+class DatasetError(CasuError, ValueError):
     pass
 
 
