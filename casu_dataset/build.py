@@ -297,7 +297,8 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
                          f"{out}{reasons()}")
     elif max_skips is not None and len(report.skipped) > max_skips:
         err = BuildError(f"{len(report.skipped)} scenes skipped (allowed: {max_skips}); nothing written to {out} "
-                         f"(--allow-skips or --max-skips N writes the dataset without them){reasons()}")
+                         "(a larger max_skips, or None: --max-skips N or --allow-skips, writes the dataset without "
+                         f"them){reasons()}")
     else:
         return
     err.report = report
