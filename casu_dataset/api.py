@@ -224,9 +224,10 @@ def build(config: BuildConfig) -> BuildResult:
     """Build the dataset folder `config.out` from `config.scenarios`.
 
     Raises ConfigError (exit code 2) for a value that cannot be built (an unwritable `out`, a
-    missing library, a catalog without usable clips, a stale lock), LibraryError or CatalogError
-    for a bad library or catalog file, and BuildError (exit code 1) when the build itself fails
-    (fills that cannot be retrieved, too many skipped scenes); nothing is written then."""
+    missing library, a catalog that cannot be read or has no usable clips), LibraryError for a
+    bad library, LockError for a lock made for another library or other settings, and BuildError
+    (exit code 1) when the build itself fails (fills that cannot be retrieved, too many skipped
+    scenes, a scene that contradicts the lock); nothing is written then."""
     from .build import BuildError, build_dataset, build_settings
     from .catalog import CatalogError
     from .lock import LockError, load_for, lock_path

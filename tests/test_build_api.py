@@ -144,7 +144,9 @@ def test_commands_run_offline_and_restore_the_settings(monkeypatch, tmp_path):
     assert dict(os.environ) == before and C.HF_HUB_OFFLINE is False
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the user's choice is left alone
     with common.hub_offline():
-        assert os.environ["HF_HUB_OFFLINE"] == "0" and "TRANSFORMERS_OFFLINE" not in os.environ
+        assert os.environ["HF_HUB_OFFLINE"] == "0" and os.environ["TRANSFORMERS_OFFLINE"] == "1"
+        assert C.HF_HUB_OFFLINE is False
+    assert "TRANSFORMERS_OFFLINE" not in os.environ
 
 
 def _modules():

@@ -67,24 +67,22 @@ _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 @contextmanager
 def hub_offline():
-    """Offline Hub access for the duration of a command, unless the user chose a mode (either
-    variable set): commands read local files only, so a missing model fails fast instead of
-    downloading. The environment and huggingface_hub's constant are restored afterwards."""
-    if set(_OFFLINE_VARS) & set(os.environ):
-        yield
-        return
+    """Offline Hub access for the duration of a command, for each variable the user did not set:
+    commands read local files only, so a missing model fails fast instead of downloading. The
+    environment and huggingface_hub's constant (read once, at its import) are restored afterwards."""
+    ours = [k for k in _OFFLINE_VARS if k not in os.environ]
     constants = sys.modules.get("huggingface_hub.constants")
     before = constants.HF_HUB_OFFLINE if constants is not None else None
-    os.environ.update({k: "1" for k in _OFFLINE_VARS})
-    if constants is not None:  # read once at its import: told directly
+    os.environ.update({k: "1" for k in ours})
+    if constants is not None and "HF_HUB_OFFLINE" in ours:
         constants.HF_HUB_OFFLINE = True
     try:
         yield
     finally:
-        for k in _OFFLINE_VARS:
+        for k in ours:
             os.environ.pop(k, None)
         constants = sys.modules.get("huggingface_hub.constants")
-        if constants is not None:  # imported before the command, or by it (then with offline on)
+        if constants is not None and "HF_HUB_OFFLINE" in ours:  # imported before the command or by it
             constants.HF_HUB_OFFLINE = bool(before)
 
 
