@@ -28,13 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from . import atomic
+from .errors import CasuError
 
 # Below this many clips exact search is the default (and it is always the reference).
 ANN_THRESHOLD = 50_000
 STORAGES = {"flat": "Flat", "fp16": "SQfp16", "sq8": "SQ8"}
 
 
-class AnnUnavailable(ImportError):
+class AnnUnavailable(CasuError, ImportError):
     """faiss is not installed."""
 
 

@@ -15,10 +15,12 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from .errors import CasuError
+
 SAMPLE_RATE = 16000
 
 
-class AudioError(ValueError):
+class AudioError(CasuError, ValueError):
     """An audio source that cannot be used; the message names the file."""
 
 

@@ -14,7 +14,7 @@ writes byte-identical files. The folder is written atomically: every new file go
 temp name first and all are renamed into place at the end, so a build killed while writing
 leaves the previous dataset readable.
 
-This module orchestrates (features, rows, build_dataset, write_folder, merge_folders); the scene
+This module orchestrates (features, rows, build_dataset, merge_folders); the scene
 cache is scene_cache.py, the executors executor.py / ray_executor.py, the card card.py (+ the
 *_template.md files), the Hub upload hub.py, and the task and column names contract.py.
 """
@@ -29,16 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, atomic
-# Moved to their own modules; re-exported here so `from casu_dataset.build import X` keeps working.
-from .card import (DATASET_VERSION, DEFAULT_NAME, HUB_LICENSES, attribution_file, card_license,  # noqa: F401
-                   dataset_card, eval_yaml, family_section, mix_intelligibility_summary)
+from .card import DATASET_VERSION, DEFAULT_NAME, attribution_file, dataset_card, eval_yaml
 from .contract import DESCRIPTION_TASK, FAMILY_FIELDS, SCENES_CONFIG, dataset_configs, mcq_configs
-from .executor import (_POOL_STATE, _pool_build, _pool_init, _prebuild_parallel, build_unit,  # noqa: F401
-                       build_units, prebuild)
-from .hub import plan_push, push  # noqa: F401
+from .errors import CasuError
+from .executor import build_unit, build_units, prebuild
 from .preflight import merge_rejected, rejected_summary
-from .scene_cache import (BUILD_CACHE_VERSION, RENDER_SOURCES, build_cache_dir, build_scene,  # noqa: F401
-                          clean_scene_cache, code_hash, scene_key)
+from .scene_cache import build_cache_dir, clean_scene_cache
 
 
 def __getattr__(name):
@@ -50,8 +46,9 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class BuildError(RuntimeError):
+class BuildError(CasuError, RuntimeError):
     """A build that must not write its folder (no scene built, too many skipped)."""
+    exit_code = 1
 
 
 def features(config: str):
@@ -137,7 +134,7 @@ ROW_GROUP_SIZE = 100
 
 
 def write_parquet(rows: list[dict], config: str, path: Path) -> None:
-    """Write one config's rows to `path` as is (write_folder passes a temp name and renames)."""
+    """Write one config's rows to `path` as is."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     table = pa.Table.from_pylist(rows, schema=features(config).arrow_schema)
@@ -300,7 +297,8 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
                          f"{out}{reasons()}")
     elif max_skips is not None and len(report.skipped) > max_skips:
         err = BuildError(f"{len(report.skipped)} scenes skipped (allowed: {max_skips}); nothing written to {out} "
-                         f"(--allow-skips or --max-skips N writes the dataset without them){reasons()}")
+                         "(a larger max_skips, or None: --max-skips N or --allow-skips, writes the dataset without "
+                         f"them){reasons()}")
     else:
         return
     err.report = report
@@ -467,18 +465,6 @@ class FolderWriter:
             shutil.rmtree(self.stage, ignore_errors=True)
 
 
-def write_folder(out: Path, rows: dict, report: BuildReport, settings: dict) -> None:
-    """Write a folder from rows held in memory (small datasets, tests); builds and merges stream."""
-    w = FolderWriter(out)
-    try:
-        for c in dataset_configs():
-            w.add(c, rows[c])
-    except BaseException:
-        w.abort()
-        raise
-    w.finish(rows, report, settings)
-
-
 def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
     """Join shard folders into one dataset identical to a single-machine build."""
     from .reader import BuiltDataset
@@ -489,7 +475,7 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
         ds.verify()  # checked first: LoadError (a ValueError) naming the file of another build
         p = Path(d) / "build_report.json"
         if not p.is_file():
-            raise FileNotFoundError(f"{d}: not a CASU build folder (no build_report.json)")
+            raise BuildError(f"{d}: not a CASU build folder (no build_report.json)")
         reports.append(json.loads(p.read_text()))
     settings = dict(reports[0]["settings"])
 
@@ -497,7 +483,7 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
         return {k: v for k, v in st.items() if k != "catalog_rejected"}
     for d, r in zip(shards, reports):
         if same(r["settings"]) != same(settings):
-            raise ValueError(f"{d}: built with different settings than {shards[0]}; shards cannot be merged")
+            raise BuildError(f"{d}: built with different settings than {shards[0]}; shards cannot be merged")
     if any("catalog_rejected" in r["settings"] for r in reports):
         settings["catalog_rejected"] = merge_rejected([r["settings"].get("catalog_rejected") for r in reports])
     files = {c: [ds.files(c) for ds in folders] for c in dataset_configs()}
@@ -512,7 +498,7 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
                          skipped=sorted((s for r in reports for s in r["skipped"]), key=lambda s: s["scene_id"]))
     locks = {json.dumps(r.get("lock"), sort_keys=True) for r in reports}
     if len(locks) > 1:
-        raise ValueError(f"{shards[0]}: the shards followed different realization locks; they cannot be merged")
+        raise BuildError(f"{shards[0]}: the shards followed different realization locks; they cannot be merged")
     report.lock = reports[0].get("lock")
     check_writable(out, rows, report, None)
     # Pass 2: the full rows, one row group per shard folder at a time, merged in scene order.
@@ -538,7 +524,7 @@ def _stream_rows(folder, files: list[Path]):
         for i in range(pf.num_row_groups):
             for r in pf.read_row_group(i, use_threads=False).to_pylist():
                 if r["scene_id"] < last:
-                    raise ValueError(f"{folder}: {f.name}: rows are not in scene order ({r['scene_id']!r} after "
+                    raise BuildError(f"{folder}: {f.name}: rows are not in scene order ({r['scene_id']!r} after "
                                      f"{last!r}); cannot merge it without reading it whole")
                 last = r["scene_id"]
                 yield r

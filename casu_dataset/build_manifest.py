@@ -15,13 +15,14 @@ import json
 from pathlib import Path
 
 from .audio_io import file_sha256
+from .errors import CasuError
 
 MANIFEST = "casu_build.json"
 MANIFEST_FORMAT = "casu-build"
 MANIFEST_VERSION = 1
 
 
-class MixedFolderError(ValueError):
+class MixedFolderError(CasuError, ValueError):
     """A dataset folder holding files of more than one build; the message names the file."""
 
 

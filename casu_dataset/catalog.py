@@ -25,12 +25,13 @@ from pathlib import Path
 import soundfile as sf
 
 from . import source_check
+from .errors import CasuError
 
 KINDS = ("background", "event")
 MIN_LOOPABLE_S = 2.0  # a bed this long or longer can loop with a crossfade
 
 
-class CatalogError(ValueError):
+class CatalogError(CasuError, ValueError):
     """A catalog file or row that cannot be used; the message names file and row."""
 
 

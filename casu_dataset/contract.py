@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from . import atomic  # noqa: F401  (re-exported: contract.atomic.write_text, ...)
+from .errors import CasuError
 
 # ---------------------------------------------------------------- tasks
 
@@ -50,7 +51,7 @@ class TaskSpec:
         return self.kind == "multiple_choice"
 
 
-class UnknownTaskError(KeyError, ValueError):
+class UnknownTaskError(CasuError, KeyError, ValueError):
     def __str__(self):
         return str(self.args[0])
 
@@ -170,7 +171,7 @@ ANNOTATION_VERSION = 1
 SUPPORTED_ANNOTATION_VERSIONS = (1,)
 
 
-class AnnotationError(ValueError):
+class AnnotationError(CasuError, ValueError):
     """A scene annotation this code cannot read (not CASU's, another version, a field missing)."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .scenarios.families import FamilyScene, families_of
+from .errors import CasuError
 
 READER_VIEWS = """You are an honest reader for a listening-comprehension benchmark. Read ONLY your packet file.
 Do NOT open any other file (not the repository, not other packets, not keys.json).
@@ -54,7 +55,7 @@ Write one JSON object per line, for every item, to answers_<packet name>.jsonl b
 """
 
 
-class AuditError(ValueError):
+class AuditError(CasuError, ValueError):
     """A packet folder or answers file that cannot be scored; the message names the file and line."""
 
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .errors import CasuError
 
-class FamilyBuildError(RuntimeError):
+
+class FamilyBuildError(CasuError, RuntimeError):
     """A variant that could not be built; the message names the family, the variant and the cause."""
+    exit_code = 1
 
 
 def turn_reserve(variants: list, builder, seed: int) -> list[float] | None:

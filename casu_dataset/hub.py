@@ -9,17 +9,19 @@ import re
 from pathlib import Path
 
 from . import atomic
+from .errors import CasuError
 
 # ORG/NAME as the Hub accepts it: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 chars.
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
 
 
-class HubError(ValueError):
+class HubError(CasuError, ValueError):
     """A bad repo id, or an upload that failed (the message names the flag and the reason)."""
 
 
 class HubUploadError(HubError):
     """The Hub could not be reached (offline, no route) or refused the upload."""
+    exit_code = 5
 
 
 def check_repo_id(repo: str, flag: str = "--repo") -> str:
@@ -202,7 +204,7 @@ def plan_push(folder: str | Path) -> list[str]:
     from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
     folder = Path(folder)
     if not (folder / "README.md").is_file():
-        raise FileNotFoundError(f"--folder {folder}: not a dataset folder (no README.md card)")
+        raise HubError(f"--folder {folder}: not a dataset folder (no README.md card)")
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     plan = list(filter_repo_objects(files, ignore_patterns=PUSH_IGNORE + DEFAULT_IGNORE_PATTERNS))
     return plan

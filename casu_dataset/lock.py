@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .audio_io import array_sha256
+from .errors import CasuError
 
 LOCK_FORMAT = "casu-realization-lock"
 LOCK_VERSION = 1
@@ -40,7 +41,7 @@ DRIFT_LIMITS = {"turn_samples": 800, "stem_lu": 0.5}
 LOCKED_SETTINGS = ("seed", "alpha", "embedding_model", "catalog_fingerprint", "dataset_version", "mix_config")
 
 
-class LockError(ValueError):
+class LockError(CasuError, ValueError):
     """A lock that cannot be followed: stale, for other settings, unreadable, or a drift beyond
     DRIFT_LIMITS. The message names the lock file and what differs."""
 
@@ -281,7 +282,7 @@ def compare_folders(a: Path, b: Path) -> list[dict]:
         return out
     ra, rb = stems(a), stems(b)
     if set(ra) != set(rb):
-        raise ValueError(f"{a} and {b} hold different scenes ({len(set(ra) ^ set(rb))} differ)")
+        raise LockError(f"{a} and {b} hold different scenes ({len(set(ra) ^ set(rb))} differ)")
     rows = []
     for sid in sorted(ra):
         for k in STEMS:

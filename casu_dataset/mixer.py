@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__
-from .contract import ANNOTATION_FORMAT, ANNOTATION_VERSION, cache_root, derive_rng
+from .contract import ANNOTATION_FORMAT, ANNOTATION_VERSION, AnnotationError, cache_root, derive_rng
 from .audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
 from .loudness import db_to_gain, gated_lufs, kweight
 from .script import SceneScript
@@ -422,6 +422,23 @@ def _resolve_path(path: str, search_dirs: list[Path]) -> str:
     return path
 
 
+def _check_sources(ann: dict, where: str) -> None:
+    """The fields regenerate reads, each of the right shape (AnnotationError naming the field)."""
+    def entry(name: str, e) -> None:
+        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("path", "clip_id", "sha256")):
+            raise AnnotationError(f"{where}: {name}: not a source entry with path, clip_id and sha256 strings")
+    entry("background", ann.get("background"))
+    for key in ("turns", "events"):
+        if not isinstance(ann.get(key), list):
+            raise AnnotationError(f"{where}: {key}: expected a list of source entries")
+        for i, e in enumerate(ann[key]):
+            entry(f"{key}[{i}]", e)
+    if not isinstance(ann.get("plan"), dict):
+        raise AnnotationError(f"{where}: plan: expected an object")
+    if not isinstance(ann.get("gains"), dict):
+        raise AnnotationError(f"{where}: gains: expected an object")
+
+
 def regenerate(annotation: dict | str | Path, search_dirs: list[str | Path] = (),
                cache: ClipCache | None = None) -> MixResult:
     """Rebuild a scene from its annotation and the source files; checks every source hash."""
@@ -430,14 +447,18 @@ def regenerate(annotation: dict | str | Path, search_dirs: list[str | Path] = ()
         where = str(annotation)
         try:
             annotation = json.loads(Path(annotation).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{where}: cannot read annotation: {err}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise AnnotationError(f"{where}: cannot read annotation: {err}") from None
     ann = annotation
-    if ann.get("format") != ANNOTATION_FORMAT:
-        raise ValueError(f"{where}: format: not a CASU scene annotation")
+    if not isinstance(ann, dict) or ann.get("format") != ANNOTATION_FORMAT:
+        raise AnnotationError(f"{where}: format: not a CASU scene annotation")
     if ann.get("version") != ANNOTATION_VERSION:
-        raise ValueError(f"{where}: version: {ann.get('version')} is not supported (expected {ANNOTATION_VERSION})")
-    cfg = MixConfig.model_validate(ann["mix_config"])
+        raise AnnotationError(f"{where}: version: {ann.get('version')} is not supported (expected {ANNOTATION_VERSION})")
+    _check_sources(ann, where)
+    try:
+        cfg = MixConfig.model_validate(ann.get("mix_config"))
+    except ValueError as err:  # pydantic's ValidationError names the bad field
+        raise AnnotationError(f"{where}: mix_config: {err}") from None
     cache = cache or ClipCache(cfg.sample_rate)
     dirs = [Path(d) for d in search_dirs]
 

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from .catalog import Catalog, CatalogClip
+from .errors import CasuError
 
 DEFAULT_ALPHA = 0.6
 DEFAULT_TIE_MARGIN = 0.02
@@ -51,8 +52,9 @@ QUANT_BITS = 11
 EMBED_VERSION = 3  # bump when what `Embedder.encode` returns changes (it keys the embedding cache)
 
 
-class RetrievalError(LookupError):
+class RetrievalError(CasuError, LookupError):
     """No candidate satisfies the query and its constraints."""
+    exit_code = 1
 
 
 def default_model_path() -> str:

@@ -14,6 +14,8 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .errors import CasuError
+
 MAX_SCENE_SECONDS = 30.0
 # Rough speaking rate for the pre-synthesis fit check: 2.6 words/s is a brisk but natural
 # TTS pace; the mixer re-checks with the real turn durations.
@@ -21,7 +23,7 @@ WORDS_PER_SECOND = 2.6
 MIN_TURN_GAP_S = 0.2
 
 
-class ScriptError(ValueError):
+class ScriptError(CasuError, ValueError):
     """A scene script that cannot be used; the message names the file and field."""
 
 

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .script import AfterTurn, AtStart, AtTime, DuringTurn, SceneScript
+from .errors import CasuError
 
 
 MIN_EVENT_S = 0.5
 
 
-class TimelineError(ValueError):
+class TimelineError(CasuError, ValueError):
     """A scene whose layers do not fit its duration limit; names the scene and the cause."""
 
 

@@ -140,7 +140,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(argv: list[str]) -> int:
-    """Parse the flags, call `harness.simple_evaluate`, map its errors to exit codes, print the table."""
+    """Parse the flags, call `harness.simple_evaluate`, print the table (its errors: see main)."""
     parser = _run_parser()
     args = parser.parse_args(argv)
     if args.tasks == "list":  # lm-eval's `--tasks list`
@@ -148,11 +148,7 @@ def cmd_run(argv: list[str]) -> int:
     if not args.model:
         parser.error("the following arguments are required: --model")
     _set_verbosity(args.verbosity)
-    from model_adapters.base import AdapterError, ModelArgsError
-
-    from .api import UsageError, simple_evaluate
-    from .data import DatasetError
-    from .task_config import TaskConfigError
+    from .api import simple_evaluate
     if args.quiet or not sys.stderr.isatty():
         # the libraries' bars print carriage returns (and escape codes) into a log; the harness's
         # own progress prints plain lines there instead (runner.PlainProgress)
@@ -163,28 +159,18 @@ def cmd_run(argv: list[str]) -> int:
         tlog = sys.modules.get("transformers.utils.logging")
         if tlog is not None:  # already imported (a notebook, the tests): told directly
             tlog.disable_progress_bar()
-    try:
-        res = simple_evaluate(
-            args.model, args.model_args, tasks=args.tasks, dataset=args.dataset, conditions=args.conditions,
-            limit=args.limit, output_path=args.output_path, log_samples=args.log_samples,
-            include_path=args.include_path, batch_size=args.batch_size, seed=args.seed, scene_hint=args.scene_hint,
-            scoring=args.scoring, circular=args.circular, judge=args.judge, bert_model=args.bert_model,
-            cache=args.cache, probe=not args.no_probe, device=args.device, progress=not args.quiet,
-            on_cleaned=lambda f: print(f"removed {f} (left by a killed run)", file=sys.stderr),
-            gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args,
-            system_instruction=args.system_instruction, apply_chat_template=args.apply_chat_template,
-            num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn,
-            bootstrap_iters=args.bootstrap_iters, predict_only=args.predict_only, write_out=args.write_out,
-            use_cache=args.use_cache)
-    except ModelArgsError as err:  # an AdapterError too, but a usage error: checked before loading
-        _error(err)
-        return EXIT_USAGE
-    except AdapterError as err:
-        _error(err)
-        return EXIT_MODEL
-    except (UsageError, TaskConfigError, DatasetError) as err:
-        _error(err)
-        return EXIT_USAGE
+    res = simple_evaluate(
+        args.model, args.model_args, tasks=args.tasks, dataset=args.dataset, conditions=args.conditions,
+        limit=args.limit, output_path=args.output_path, log_samples=args.log_samples,
+        include_path=args.include_path, batch_size=args.batch_size, seed=args.seed, scene_hint=args.scene_hint,
+        scoring=args.scoring, circular=args.circular, judge=args.judge, bert_model=args.bert_model,
+        cache=args.cache, probe=not args.no_probe, device=args.device, progress=not args.quiet,
+        on_cleaned=lambda f: print(f"removed {f} (left by a killed run)", file=sys.stderr),
+        gen_kwargs=args.gen_kwargs, hf_hub_log_args=args.hf_hub_log_args,
+        system_instruction=args.system_instruction, apply_chat_template=args.apply_chat_template,
+        num_fewshot=args.num_fewshot, fewshot_as_multiturn=args.fewshot_as_multiturn,
+        bootstrap_iters=args.bootstrap_iters, predict_only=args.predict_only, write_out=args.write_out,
+        use_cache=args.use_cache)
     doc = res.document
     if not res.main_process:
         return EXIT_OK if not doc["errors"] else EXIT_SAMPLE_ERRORS
@@ -220,13 +206,8 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def _print_tasks(include_path=None) -> int:
-    from .task_config import TaskConfigError, load_tasks, with_builtins
-    try:
-        tasks = load_tasks(with_builtins(include_path))
-    except TaskConfigError as err:
-        _error(err)
-        return EXIT_USAGE
-    _print_task_table(tasks)
+    from .task_config import load_tasks, with_builtins
+    _print_task_table(load_tasks(with_builtins(include_path)))
     return EXIT_OK
 
 
@@ -289,21 +270,6 @@ def cmd_validate(argv: list[str]) -> int:
     return EXIT_USAGE if bad else EXIT_OK
 
 
-def _hub_call(fn, *args, **kw):
-    """(result, exit code): bad input -> 2, the Hub unreachable or refusing -> 5, one line each."""
-    from casu_dataset.hub import HubUploadError
-
-    from .push import PushError
-    try:
-        return fn(*args, **kw), EXIT_OK
-    except HubUploadError as err:
-        _error(err)
-        return None, EXIT_HUB
-    except PushError as err:
-        _error(err)
-        return None, EXIT_USAGE
-
-
 def cmd_push(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m harness push", formatter_class=_HelpFormatter, epilog=EXIT_CODES,
@@ -324,9 +290,7 @@ def cmd_push(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from .push import details_repo, push, select_run
     from .flags import results_repo
-    run, rc = _hub_call(select_run, a.output_path, a.checkpoint)
-    if rc:
-        return rc
+    run = select_run(a.output_path, a.checkpoint)
     log_args = run[1]["config"].get("hf_hub_log_args") or {}
     repo = a.repo or results_repo(log_args)
     public = a.public or bool(log_args.get("public_repo"))
@@ -334,12 +298,9 @@ def cmd_push(argv: list[str]) -> int:
         _error("push: --repo is required (or run with --hf_hub_log_args hub_results_org=ORG)")
         return EXIT_USAGE
     own = repo == results_repo(log_args)  # the run's own repo: its details_repo_name and gated apply too
-    out, rc = _hub_call(push, a.output_path, repo, a.dataset_id, token=os.environ.get("HF_TOKEN"),
-                        dry_run=a.dry_run, private=not public, checkpoint=a.checkpoint, samples=not a.no_samples,
-                        details_repo=details_repo(log_args) if own else None,
-                        gated=own and bool(log_args.get("gated")))
-    if rc:
-        return rc
+    out = push(a.output_path, repo, a.dataset_id, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run,
+               private=not public, checkpoint=a.checkpoint, samples=not a.no_samples,
+               details_repo=details_repo(log_args) if own else None, gated=own and bool(log_args.get("gated")))
     for f, why in out["skipped"]:
         print(f"skipped {f}: {why}", file=sys.stderr)
     print(f"run {out['run']} -> {'private' if out['private'] else 'public'}{' gated' if out['gated'] else ''} "
@@ -374,11 +335,9 @@ def cmd_pr_eval_results(argv: list[str]) -> int:
                         "a local copy); said in every entry's notes. Without it such a run is refused")
     a = p.parse_args(argv)
     from .push import pr_eval_results
-    out, rc = _hub_call(pr_eval_results, a.output_path, a.model_repo, a.dataset_id, source_url=a.source_url,
-                        checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run,
-                        allow_other_checkpoint=a.allow_other_checkpoint)
-    if rc:
-        return rc
+    out = pr_eval_results(a.output_path, a.model_repo, a.dataset_id, source_url=a.source_url,
+                          checkpoint=a.checkpoint, token=os.environ.get("HF_TOKEN"), dry_run=a.dry_run,
+                          allow_other_checkpoint=a.allow_other_checkpoint)
     print(out["yaml"])
     print(f"would open a pull request on {a.model_repo}" if a.dry_run else f"pull request: {out['pr_url']}")
     return EXIT_OK
@@ -407,9 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     guard_logging()  # push and pr-eval-results talk to the Hub with a token too
     cmds = {"list": cmd_list, "validate": cmd_validate, "push": cmd_push, "run": cmd_run, "table": cmd_table,
             "pr-eval-results": cmd_pr_eval_results}
-    if argv and argv[0] in cmds:
-        return cmds[argv[0]](argv[1:])
-    return cmd_run(argv)
+    from casu_dataset.errors import CasuError
+    try:
+        if argv and argv[0] in cmds:
+            return cmds[argv[0]](argv[1:])
+        return cmd_run(argv)
+    except CasuError as err:  # an expected failure (bad input 2, the model 3, the Hub 5): one line, its code
+        _error(err)
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ import os
 import time
 from pathlib import Path
 
+from casu_dataset.errors import CasuError
 from model_adapters.base import Adapter, AdapterError, ModelArgsError, check_model_args, parse_model_args
 
 log = logging.getLogger("harness")
 
 
-class UsageError(ValueError):
+class UsageError(CasuError, ValueError):
     """A bad argument or path; the message names the flag (the CLI's exit code 2)."""
 
 

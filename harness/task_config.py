@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from casu_dataset import contract
+from casu_dataset.errors import CasuError
 
 MCQ_METRICS = {"accuracy", "unparsed_rate", "paired_accuracy", "circular_accuracy"}
 TEXT_METRICS = {"bleu4", "bertscore", "event_match", "one_minus_wer"}
@@ -19,7 +20,7 @@ DEFAULT_TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
 
 
-class TaskConfigError(ValueError):
+class TaskConfigError(CasuError, ValueError):
     pass
 
 

@@ -8,13 +8,17 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from casu_dataset.errors import CasuError
 
-class AdapterError(RuntimeError):
+
+class AdapterError(CasuError, RuntimeError):
     """A model cannot be loaded or run; the message names the model and what to do."""
+    exit_code = 3
 
 
 class ModelArgsError(AdapterError, ValueError):
     """A --model_args value of the wrong type or out of range, or a key the adapter does not take."""
+    exit_code = 2
 
 
 @dataclass(frozen=True)

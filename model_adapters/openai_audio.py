@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
+from casu_dataset.errors import CasuError
 
 
 def wav16_b64(audio: np.ndarray, sr: int) -> str:
@@ -30,9 +31,10 @@ def wav16_b64(audio: np.ndarray, sr: int) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-class RequestFailed(RuntimeError):
+class RequestFailed(CasuError, RuntimeError):
     """One request failed after its retries (not an AdapterError: the harness records the
     sample as failed, does not cache it, and goes on)."""
+    exit_code = 3
 
 
 class OpenAIAudio(Adapter):

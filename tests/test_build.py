@@ -1,6 +1,7 @@
 """Dataset build on a few real CASU-mini scenes: load_dataset, byte-identical rebuilds,
 resume, shards + merge, skipped scenes, atomic writes under kill -9, stale temp clean-up, the
 card (name, license, attribution), the scene key, and the exact Hub commit operations."""
+import importlib
 import io
 import json
 import os
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casu_dataset.build import CONFIGS, BuildError, build_dataset, merge_folders, plan_push, push
+from casu_dataset.build import CONFIGS, BuildError, build_dataset, merge_folders
+from casu_dataset.hub import plan_push, push
 from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
 
 SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one with a minimal pair
@@ -199,8 +201,8 @@ def _read_all(folder: Path) -> dict:
 KILL_DURING_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
-from casu_dataset import build
-real, calls = build.FolderWriter._close, []
+from casu_dataset.build import FolderWriter, merge_folders
+real, calls = FolderWriter._close, []
 def dying(self, config):
     real(self, config)
     calls.append(config)
@@ -208,8 +210,8 @@ def dying(self, config):
         path = self.shards[config][-1]
         os.truncate(path, os.path.getsize(path) // 2)
         os.kill(os.getpid(), signal.SIGKILL)
-build.FolderWriter._close = dying
-build.merge_folders(sys.argv[1], [sys.argv[2]])
+FolderWriter._close = dying
+merge_folders(sys.argv[1], [sys.argv[2]])
 """
 
 
@@ -314,7 +316,7 @@ def test_cli_build_exit_status_name_and_partial_scenario_files(work, session_cac
 def test_card_license_front_matter_and_attribution_file(built):
     from huggingface_hub import DatasetCard
 
-    from casu_dataset.build import card_license
+    from casu_dataset.card import card_license
     out, rep, scenes, invalid = built
     data = DatasetCard((out / "README.md").read_text()).data.to_dict()
     assert data["pretty_name"] == "CASU-mini" and data["license"] == "other"
@@ -332,7 +334,7 @@ def test_card_license_front_matter_and_attribution_file(built):
 
 
 def test_card_reports_mix_level_wer_or_says_it_was_not_run():
-    from casu_dataset.build import mix_intelligibility_summary
+    from casu_dataset.card import mix_intelligibility_summary
 
     def rows(*extras):
         return {"scenes": [{"annotation": json.dumps({"extra": e})} for e in extras]}
@@ -343,23 +345,23 @@ def test_card_reports_mix_level_wer_or_says_it_was_not_run():
 
 
 def test_scene_key_covers_the_rendering_code(built, builder, tmp_path, monkeypatch):
-    from casu_dataset import scene_cache as build  # the scene cache module (re-exported by build)
+    from casu_dataset import scene_cache
     out, rep, scenes, invalid = built
-    src = Path(build.__file__).parent
+    src = Path(scene_cache.__file__).parent
     root = tmp_path / "code"
-    for pattern in build.RENDER_SOURCES:
+    for pattern in scene_cache.RENDER_SOURCES:
         for f in src.glob(pattern):
             (root / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(f, root / f.relative_to(src))
-    shutil.copy(src / "cli.py", root / "cli.py")    # not rendering code
-    monkeypatch.setattr(build, "_CODE_ROOT", root)
-    build.code_hash.cache_clear()
-    seen = {build.scene_key(scenes[0], 1, builder)}
-    for rel in ("mixer.py", "speech/layer.py", "cli.py"):
+    shutil.copy(src / "api.py", root / "api.py")    # not rendering code
+    monkeypatch.setattr(scene_cache, "_CODE_ROOT", root)
+    scene_cache.code_hash.cache_clear()
+    seen = {scene_cache.scene_key(scenes[0], 1, builder)}
+    for rel in ("mixer.py", "speech/layer.py", "api.py"):
         (root / rel).write_bytes((root / rel).read_bytes() + b"\n# changed\n")
-        build.code_hash.cache_clear()
-        seen.add(build.scene_key(scenes[0], 1, builder))
-    assert len(seen) == 3     # mixer.py and speech/layer.py changed the key; cli.py did not
+        scene_cache.code_hash.cache_clear()
+        seen.add(scene_cache.scene_key(scenes[0], 1, builder))
+    assert len(seen) == 3     # mixer.py and speech/layer.py changed the key; api.py did not
 
 
 def test_the_test_session_is_hermetic():
@@ -374,7 +376,7 @@ def test_the_test_session_is_hermetic():
 
 
 def test_configs_stream_into_several_shards_and_old_shards_go(built, work, monkeypatch):
-    import casu_dataset.build as build
+    build = importlib.import_module("casu_dataset.build")  # the module (casu_dataset.build is the API function)
     from casu_dataset.loading import load
     out = built[0]
     target = work / "sharded"

@@ -3,6 +3,7 @@
 folders refused by every reader) and the dataset identity in results and tables."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -174,7 +175,7 @@ def test_the_shipped_library_carries_its_lock():
 
 def test_a_kill_after_each_rename_leaves_the_old_or_the_new_build(locked, tmp_path, session_cache, monkeypatch):
     import casu_dataset.atomic as atomic
-    import casu_dataset.build as build
+    build = importlib.import_module("casu_dataset.build")  # the module (casu_dataset.build is the API function)
     lib, _, _ = locked
     scenes = compile_families(lib)
     one_family = [s for s in scenes if s.family_id == scenes[0].family_id]

@@ -12,10 +12,13 @@ import re
 
 from pydantic import BaseModel, ValidationError
 
+from ..errors import CasuError
+
 REFUSAL = re.compile(r"\b(i can(?:no|')t|i am unable|i'm unable|i won't|as an ai|i'm sorry, but|i am sorry, but)\b", re.I)
 
 
-class StructuredOutputError(ValueError):
+class StructuredOutputError(CasuError, ValueError):
+    exit_code = 3
     def __init__(self, what: str, attempts: list[str]):
         super().__init__(f"{what}: no valid output after {len(attempts)} attempts: " + " | ".join(attempts))
         self.attempts = attempts

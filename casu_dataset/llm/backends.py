@@ -22,10 +22,13 @@ import random
 import threading
 import time
 
+from ..errors import CasuError
 
-class BackendError(RuntimeError):
+
+class BackendError(CasuError, RuntimeError):
     """`transient`: this request failed but others may succeed (retries or the rate-limit budget
     ran out, a malformed reply); False when the server refused it as such (401, 403, 404, ...)."""
+    exit_code = 3
 
     def __init__(self, msg: str, transient: bool = False):
         super().__init__(msg)

@@ -12,12 +12,14 @@ import os
 from pathlib import Path
 
 from ..contract import cache_root
+from ..errors import CasuError
 
 SMOLLM2 = "smollm2"
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(CasuError, RuntimeError):
+    exit_code = 1
     pass
 
 

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..contract import DATASET_LETTERS, mcq_tasks
+from ..errors import CasuError
 
 ACTIONS = ("accept", "reject", "edit")
 KINDS = ("scene", "question", "family", "family_question")
 LETTERS = DATASET_LETTERS
 
 
-class DecisionError(ValueError):
+class DecisionError(CasuError, ValueError):
     pass
 
 

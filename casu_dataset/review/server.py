@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..contract import SCENES_CONFIG, mcq_configs, mcq_tasks
+from ..errors import CasuError
 from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, option_moves,
                         validate, variant_question_error)
 
@@ -41,7 +42,7 @@ TOKEN_HEADER = "X-CASU-Token"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
-class ReviewError(ValueError):
+class ReviewError(CasuError, ValueError):
     pass
 
 

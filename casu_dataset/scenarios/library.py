@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from ..contract import DATASET_LETTERS, mcq_tasks
 from ..script import ScriptError, SceneScript, parse_script
+from ..errors import CasuError
 
 LAYER_NAMES = ("speech", "event", "background")
 LETTERS = DATASET_LETTERS
@@ -40,7 +41,7 @@ TaskName = Annotated[str, AfterValidator(check_task)]
 DEFAULT_DIR = Path(__file__).parent / "casu_mini"
 
 
-class LibraryError(ValueError):
+class LibraryError(CasuError, ValueError):
     """A scenario file that cannot be used; the message names the file and scenario."""
 
 

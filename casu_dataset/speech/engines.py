@@ -20,9 +20,12 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from ..errors import CasuError
 
-class EngineError(RuntimeError):
+
+class EngineError(CasuError, RuntimeError):
     """An engine that cannot run or cannot say a text; the message names the engine."""
+    exit_code = 1
 
 
 _SPEAKABLE = re.compile(r"[A-Za-z0-9]")

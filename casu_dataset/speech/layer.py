@@ -24,6 +24,7 @@ from ..script import SceneScript, Speaker
 from .engines import EngineError, get_engine
 from .pitch import median_f0, semitones
 from .voices import Voice, VoiceRegistry, speak
+from ..errors import CasuError
 
 MIN_SEMITONES = 3.0
 PITCH_PROBE = "The weather today is calm and clear, and the market opens at nine."
@@ -34,11 +35,11 @@ def default_cache_dir() -> Path:
     return cache_root()
 
 
-class VoiceAssignmentError(ValueError):
+class VoiceAssignmentError(CasuError, ValueError):
     pass
 
 
-class TurnTooLongError(ValueError):
+class TurnTooLongError(CasuError, ValueError):
     pass
 
 

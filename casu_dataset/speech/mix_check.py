@@ -29,6 +29,7 @@ import numpy as np
 from .. import atomic
 from ..audio_io import resample
 from ..loudness import kweight
+from ..errors import CasuError
 
 # Measured on CASU-mini (113 scenes, 237 turns, seed 0): turns no event overlaps sit at 8.5 dB
 # and up (median 13.6); the 19 overlapped turns at -0.8 to 11 dB. Below 3 dB speech is under
@@ -45,8 +46,9 @@ RATIO_LIMIT_DB = 120.0  # reported instead of +-inf for a silent stem
 WHISPER_SR = 16000
 
 
-class MixIntelligibilityError(ValueError):
+class MixIntelligibilityError(CasuError, ValueError):
     """A scene whose speech is not intelligible in the mixture."""
+    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,305 @@
+"""Build a CASU dataset from Python: `build(BuildConfig(out=...))` -> BuildResult.
+
+The `casu build` command parses its flags into a BuildConfig and calls `build`; everything a
+build decides happens here and in build.py, so a script and the command write the same bytes.
+Importing this module loads nothing heavy and changes no setting: the models, the catalog and
+the library are loaded when `build` runs.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+from .errors import CasuError
+
+#: `scenarios` names of the shipped libraries (anything else is a folder or file path).
+LIBRARIES = ("default", "v2", "v1")
+EXECUTORS = ("local", "ray")
+LOCK_MODES = ("follow", "relock", "ignore")
+
+
+@dataclass(frozen=True)
+class Field:
+    """A config field named in an error; `value` picks one value of it (lock="relock")."""
+    name: str
+    value: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.value is None else f"{self.name}={self.value}"
+
+
+class ConfigError(CasuError, ValueError):
+    """A BuildConfig value (or what it points to) that cannot be built. The message is made of
+    text and Fields, so each caller names a field its own way: `str()` uses the field names,
+    the CLI its flags (`render`)."""
+
+    def __init__(self, *parts: str | Field):
+        self.parts = parts
+        self.fields = tuple(p for p in parts if isinstance(p, Field))
+        super().__init__(self.render(str))
+
+    def render(self, name: Callable[[Field], str]) -> str:
+        return "".join(name(p) if isinstance(p, Field) else p for p in self.parts)
+
+
+def out_problem(path: str | Path) -> str | None:
+    """Why an output folder cannot be written (None when it can): under a regular file, on a
+    read-only or virtual filesystem (/proc), a symlink loop. Checked by making the folder and a
+    probe file in it, then removing whatever the probe made, so a refused build leaves nothing."""
+    import tempfile
+    p = Path(path).expanduser()
+    try:
+        p.resolve(strict=False)
+    except (RuntimeError, OSError) as err:  # "Symlink loop" (RuntimeError before Python 3.13)
+        return f"cannot resolve the path ({err})"
+    if p.exists() and not p.is_dir():
+        return "is a file, not a folder"
+    made = []
+    try:
+        for a in [*reversed(p.parents), p]:
+            if not a.exists():
+                if a.is_symlink():
+                    return f"{a} is a dangling or looping symlink"
+                a.mkdir()
+                made.append(a)
+            elif not a.is_dir():
+                return f"{a} is a file, not a folder"
+        fd, probe = tempfile.mkstemp(dir=p, prefix=".casu-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return f"cannot write there ({err.strerror or err})"
+    finally:
+        for a in reversed(made):
+            try:
+                a.rmdir()
+            except OSError:
+                pass
+    return None
+
+
+def _int(name: str, v, lo: int, hi: int | None = None, none_ok: bool = False) -> None:
+    if v is None and none_ok:
+        return
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ConfigError(Field(name), f" {v!r}: not an integer")
+    if v < lo or (hi is not None and v > hi):
+        raise ConfigError(Field(name), f" {v}: " + (f"must be >= {lo}" if hi is None else f"must be in {lo}..{hi}"))
+
+
+def _number(name: str, v, lo: float, hi: float, lo_open: bool = False, none_ok: bool = False) -> None:
+    if v is None and none_ok:
+        return
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise ConfigError(Field(name), f" {v!r}: not a finite number")
+    if not (v > lo if lo_open else v >= lo) or not v <= hi:
+        raise ConfigError(Field(name), f" {v}: must be " + (f"> {lo:g} and <= {hi:g}" if lo_open else
+                                                              f"in {lo:g}..{hi:g}"))
+
+
+def _choice(name: str, v, choices: tuple) -> None:
+    if v not in choices:
+        raise ConfigError(Field(name), f" {v!r}: must be one of {', '.join(map(repr, choices))}")
+
+
+def _text(name: str, v, none_ok: bool = False) -> None:
+    if v is None and none_ok:
+        return
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(Field(name), f" {v!r}: must be a non-empty string")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Everything a dataset build depends on; checked when made (ConfigError naming the field).
+
+    out: the dataset folder (replaced atomically). scenarios: a family or scenario folder/file, or
+    "default"/"v2" (the shipped CASU-mini v2 families) or "v1". lock: "follow" the library's
+    realization lock when it has one, "relock" (decide afresh and write the lock; a whole build
+    with the speech checks) or "ignore" it. max_skips: write the dataset when at most this many
+    scenes were skipped (None: any number). catalogs: sound catalogs, merged ("embedded", a
+    manifest.json, clotho:CSV:AUDIO_DIR[:META], fsd50k:CSV:AUDIO_DIR, arca23k:CSV:AUDIO_DIR).
+    command: the command line written into the card. progress: progress bars and notes on the
+    console."""
+    out: str | Path
+    scenarios: str | Path = "default"
+    seed: int = 0
+    cache: str | Path | None = None
+    alpha: float = 0.6
+    embedding_model: str | None = None
+    duration: float | None = None
+    check_speech: bool = True
+    catalogs: tuple[str, ...] = ("embedded",)
+    num_shards: int = 1
+    shard_index: int = 0
+    num_proc: int = 1
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    ray_num_gpus: float | None = None
+    lock: Literal["follow", "relock", "ignore"] = "follow"
+    name: str | None = None
+    max_skips: int | None = 0
+    review_file: str | Path | None = None
+    command: str = ""
+    progress: bool = True
+
+    def __post_init__(self):
+        from .script import MAX_SCENE_SECONDS
+        if not isinstance(self.out, (str, os.PathLike)) or not str(self.out):
+            raise ConfigError(Field("out"), f" {self.out!r}: must be a folder path")
+        if isinstance(self.catalogs, str):
+            raise ConfigError(Field("catalogs"), f" {self.catalogs!r}: must be a list of catalogs, not one string")
+        object.__setattr__(self, "catalogs", tuple(self.catalogs))
+        if not self.catalogs:
+            raise ConfigError(Field("catalogs"), ": must name at least one catalog")
+        for c in self.catalogs:
+            _text("catalogs", c)
+        _int("seed", self.seed, 0)
+        _number("alpha", self.alpha, 0.0, 1.0)
+        _number("duration", self.duration, 0.0, MAX_SCENE_SECONDS, lo_open=True, none_ok=True)
+        _int("num_shards", self.num_shards, 1)
+        _int("num_proc", self.num_proc, 1)
+        _int("max_skips", self.max_skips, 0, none_ok=True)
+        _int("shard_index", self.shard_index, 0)
+        if self.shard_index >= self.num_shards:
+            raise ConfigError(Field("shard_index"), f" {self.shard_index}: must be in 0..{self.num_shards - 1} for ",
+                              Field("num_shards"), f" {self.num_shards}")
+        _choice("executor", self.executor, EXECUTORS)
+        _choice("lock", self.lock, LOCK_MODES)
+        _text("embedding_model", self.embedding_model, none_ok=True)
+        _text("name", self.name, none_ok=True)
+        _text("ray_address", self.ray_address, none_ok=True)
+        if not isinstance(self.check_speech, bool):
+            raise ConfigError(Field("check_speech"), f" {self.check_speech!r}: must be True or False")
+        if not isinstance(self.scenarios, (str, os.PathLike)) or not str(self.scenarios):
+            raise ConfigError(Field("scenarios"), f" {self.scenarios!r}: must be {', '.join(LIBRARIES)} or a path")
+        if self.executor != "ray" and (self.ray_address or self.ray_num_gpus is not None):
+            raise ConfigError(Field("ray_address"), "/", Field("ray_num_gpus"), ": need ", Field("executor", "ray"))
+        if self.ray_num_gpus is not None and (isinstance(self.ray_num_gpus, bool) or not isinstance(
+                self.ray_num_gpus, (int, float)) or not self.ray_num_gpus >= 0):
+            raise ConfigError(Field("ray_num_gpus"), f" {self.ray_num_gpus}: must be >= 0")
+        if self.lock == "relock" and (self.num_shards > 1 or not self.check_speech):
+            raise ConfigError(Field("lock", "relock"), ": a lock is made from a whole build with the speech checks (no ",
+                              Field("num_shards"), ", no ", Field("check_speech", "False"), ")")
+
+    def library(self) -> Path:
+        """The scenario library's path (the shipped ones for "default", "v2" and "v1")."""
+        from .scenarios.families import DEFAULT_V2_DIR
+        from .scenarios.library import DEFAULT_DIR
+        named = {"default": DEFAULT_V2_DIR, "v2": DEFAULT_V2_DIR, "v1": DEFAULT_DIR}
+        return Path(named.get(str(self.scenarios), self.scenarios))
+
+    def builder_spec(self) -> dict:
+        """The scene builder's settings (plain values: worker processes make their own builder)."""
+        return {"cache": None if self.cache is None else str(self.cache), "embedding_model": self.embedding_model,
+                "alpha": self.alpha, "check_speech": self.check_speech, "duration": self.duration,
+                "catalogs": list(self.catalogs)}
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build wrote. identity: build_manifest.identity of the folder (its sha256 names
+    the dataset); realization: reproduced/drifted counts when a lock was followed; lock: the
+    lock followed or written ({file, sha256, library_sha256, mode}) and lock_file its path;
+    seconds: setup (library, models, lock), build (scenes and writing) and the build's own
+    breakdown (prebuild, scenes, write); stage_seconds: the scene stages summed over workers."""
+    out: Path
+    built: tuple[str, ...]
+    skipped: tuple[dict, ...]
+    cached: int
+    identity: dict | None
+    realization: dict | None
+    lock: dict | None
+    lock_file: Path | None
+    seconds: dict = field(default_factory=dict)
+    stage_seconds: dict = field(default_factory=dict)
+
+
+def build(config: BuildConfig) -> BuildResult:
+    """Build the dataset folder `config.out` from `config.scenarios`.
+
+    Raises ConfigError (exit code 2) for a value that cannot be built (an unwritable `out`, a
+    missing library, a catalog that cannot be read or has no usable clips), LibraryError for a
+    bad library, LockError for a lock made for another library or other settings, and BuildError
+    (exit code 1) when the build itself fails (fills that cannot be retrieved, too many skipped
+    scenes, a scene that contradicts the lock); nothing is written then."""
+    from .build import BuildError, build_dataset, build_settings
+    from .catalog import CatalogError
+    from .lock import LockError, load_for, lock_path
+    from .preflight import fill_problems, rejected_summary
+    from .realize import make_builder
+    from .scenarios.families import compile_families, is_family_library
+    from .scenarios.library import compile_library, library_name
+    t0 = time.perf_counter()
+    why = out_problem(config.out)
+    if why:
+        raise ConfigError(Field("out"), f" {config.out}: {why}")
+    if config.executor == "ray":
+        from .ray_executor import require_ray
+        try:
+            require_ray()
+        except ImportError as err:
+            raise ConfigError(str(err)) from None
+    lib = config.library()
+    if not lib.exists():
+        raise ConfigError(Field("scenarios"), f" {config.scenarios}: no such file or folder")
+    families = is_family_library(lib)
+    invalid: list[dict] = []
+    # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.
+    scenes = compile_families(lib, invalid) if families else compile_library(lib, invalid)
+    spec = config.builder_spec()
+    try:
+        builder = make_builder(spec)
+    except (CatalogError, OSError) as err:  # a missing manifest or audio folder, truncated JSON, a bad spec
+        raise ConfigError(Field("catalogs"), f": {err}") from err
+    catalog = builder.retriever.catalog
+    rej = rejected_summary(catalog)
+    kinds = {c.kind for c in catalog.clips}
+    if not {"background", "event"} <= kinds:  # nothing to retrieve a bed or an event from
+        raise ConfigError(Field("catalogs"), f" {', '.join(config.catalogs)}: no usable "
+                          f"{' or '.join(sorted({'background', 'event'} - kinds))} clips "
+                          f"({len(catalog)} loaded, {rej['rejected']} rejected: "
+                          + "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:3]) + ")")
+    if rej["rejected"] and config.progress:
+        print(f"catalog {catalog.name}: {rej['rejected']} clip(s) or row(s) rejected, never used "
+              "(listed in the card and build_report.json): " + "; ".join(
+                  f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]), file=sys.stderr)
+    lock = None
+    if config.lock == "follow":
+        lock = load_for(lib, build_settings(builder, config.seed, config.command),
+                        builder.mix_config.model_dump(mode="json"), [s.script.id for s in scenes])
+    if lock is not None:
+        builder.lock, spec["lock"] = lock, str(lock.path)
+        if config.progress:
+            print(f"following the realization lock {lock.path} ({lock.short}): no retrieval or Whisper decision "
+                  "is made")
+    # A followed lock names every clip (checked by hash when used): no retrieval to preflight.
+    problems = fill_problems(scenes, builder.retriever, check_retrieval=families and lock is None)
+    if problems:  # retrieval never falls back silently to a clip of another type
+        raise BuildError(f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
+                         + "\n  ".join(problems[:20]))
+    t1 = time.perf_counter()
+    try:
+        rep = build_dataset(config.out, scenes, builder, seed=config.seed, cache_dir=config.cache,
+                            progress=config.progress, command=config.command, num_shards=config.num_shards,
+                            shard_index=config.shard_index, num_proc=config.num_proc, invalid=invalid,
+                            builder_spec=spec, review_file=config.review_file,
+                            name=config.name or library_name(lib), max_skips=config.max_skips,
+                            executor=config.executor,
+                            ray_options={"address": config.ray_address, "num_gpus": config.ray_num_gpus},
+                            relock=lib if config.lock == "relock" else None)
+    except (BuildError, LockError) as err:  # a lock the build contradicts fails the build, as a skip does
+        failed = BuildError(f"build failed: {err}")
+        failed.report = getattr(err, "report", None)
+        raise failed from err
+    t2 = time.perf_counter()
+    return BuildResult(out=Path(config.out), built=tuple(rep.built), skipped=tuple(rep.skipped), cached=rep.cached,
+                       identity=rep.identity, realization=rep.realization_summary(), lock=rep.lock,
+                       lock_file=lock_path(lib) if rep.lock else None,
+                       seconds={"setup": t1 - t0, "build": t2 - t1, **rep.seconds},
+                       stage_seconds=dict(builder.timings or {}))

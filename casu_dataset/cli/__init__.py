@@ -1,0 +1,50 @@
+"""`python -m casu_dataset COMMAND`: compose, regenerate, demo, retrieval-eval, voices, validity, generate."""
+from __future__ import annotations
+
+import argparse
+import time
+
+T0 = time.perf_counter()  # the build's stage breakdown starts here (imports included)
+
+from ..errors import CasuError  # noqa: E402
+from . import (audit, build, compare, compose, demo, generate, merge, push, regenerate, retrieval_eval,  # noqa: E402
+               review, timeline, validity, voices)
+from .common import error, hub_offline  # noqa: E402
+
+EXIT_CODES = """exit codes:
+  0  success
+  1  the work failed: a build or merge failed, a composed scene was skipped,
+     regenerate --check found a different mixture, validity found a violation
+  2  bad input: a flag, a file or a folder (the message names which and why)
+  3  generate: the LLM server refused the requests (401, 403, 404) or kept failing; replies
+     already received stay cached, so re-running resumes
+  5  push: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload
+     (token, permissions); one line says which. Re-running resumes: files already committed are skipped"""
+
+# In the order `--help` lists them.
+COMMANDS = (compose, regenerate, demo, retrieval_eval, voices, validity, audit, build, compare, merge, push, review,
+            timeline, generate)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m casu_dataset", description=__doc__, epilog=EXIT_CODES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for command in COMMANDS:
+        command.add(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from ..redact import guard_logging
+    guard_logging()
+    try:
+        if getattr(args, "online", False):  # push: the user's own Hub mode, online by default
+            return args.fn(args)
+        with hub_offline():
+            return args.fn(args)
+    except CasuError as err:  # an expected failure: one line (flags named as typed), its exit code
+        render = getattr(err, "render", None)
+        error(render(args.flag) if render is not None and hasattr(args, "flag") else err)
+        return err.exit_code
