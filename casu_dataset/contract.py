@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -235,11 +233,6 @@ class SceneAnnotation:
 # ---------------------------------------------------------------- shared infrastructure
 
 
-def cache_root() -> Path:
-    """$CASU_CACHE, else ~/.cache/casu: every cache of the builder and the harness lives under it."""
-    return Path(os.environ.get("CASU_CACHE") or Path.home() / ".cache" / "casu")
-
-
 def key_int(key: str, nbytes: int = 8, byteorder: Literal["little", "big"] = "little") -> int:
     """The first `nbytes` of sha256(key) as an integer."""
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:nbytes], byteorder)
@@ -252,8 +245,3 @@ def derive_rng(seed: int | None, key: str, *salt: int, nbytes: int = 8,
     bit-compatible (the mixer uses 8 little-endian bytes, voices and retrieval 4 big-endian)."""
     parts = ([int(seed)] if seed is not None else []) + [key_int(key, nbytes, byteorder), *salt]
     return np.random.default_rng(parts)
-
-
-def content_key(parts, length: int = 32) -> str:
-    """sha256 over canonical JSON of `parts` (a cache key)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:length]

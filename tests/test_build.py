@@ -367,9 +367,9 @@ def test_the_test_session_is_hermetic():
 
     import datasets
 
-    from casu_dataset.speech.layer import default_cache_dir
+    from casu_dataset.cache_layout import cache_root
     tmp = Path(tempfile.gettempdir()).resolve()
-    assert tmp in default_cache_dir().resolve().parents
+    assert tmp in cache_root().resolve().parents
     assert tmp in Path(datasets.config.HF_DATASETS_CACHE).resolve().parents
 
 
