@@ -308,7 +308,7 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .outputs import atomic_open
+    from casu_dataset.atomic import atomic_open
 
     def save(fig, p):
         with atomic_open(p, "wb") as f:
@@ -401,8 +401,10 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
+    from casu_dataset.atomic import atomic_open
+
     from .lmeval_view import sample_lines, view
-    from .outputs import atomic_open, atomic_write, file_record
+    from .outputs import atomic_write, file_record
     logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():
         p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
