@@ -34,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from casu_dataset.cache_layout import bench_dir
 from casu_dataset.catalog import Catalog, CatalogClip
-from casu_dataset.retrieval import Embedder, Retriever, _normalize, cache_root, keyword_text
+from casu_dataset.retrieval import Embedder, Retriever, _normalize, keyword_text
 from casu_dataset.retrieval_eval import load_queries
 
 TEMPLATES = ["{Kw} {mod}.", "The sound of {kw} {mod}.", "{Kw} can be heard {place}.", "A recording of {kw}, {mod}.",
@@ -94,7 +95,7 @@ def caption_pool(cat: Catalog, seed: int = 0, exclude: set[str] = frozenset()):
 
 def _embed_cached(emb: Embedder, texts: list[str], name: str) -> np.ndarray:
     key = hashlib.sha256(("\n".join(texts) + emb.model_name).encode()).hexdigest()[:20]
-    p = cache_root() / "bench" / f"{name}-{key}.npy"
+    p = bench_dir() / f"{name}-{key}.npy"
     if p.is_file():
         return np.load(p)
     x = emb.encode(texts)

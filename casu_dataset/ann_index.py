@@ -20,14 +20,14 @@ embedding model, or the vectors' bytes) and the index parameters.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from . import atomic
+from . import atomic, cache_layout
+from .content_key import content_key
 from .errors import CasuError
 
 # Below this many clips exact search is the default (and it is always the reference).
@@ -88,10 +88,10 @@ class AnnIndex:
 
     @classmethod
     def load_or_build(cls, joint: np.ndarray, groups: np.ndarray, content_key: str, params: AnnParams,
-                      cache_dir: Path, name: str = "catalog") -> "AnnIndex":
+                      cache_dir: str | Path | None, name: str = "catalog") -> "AnnIndex":
         faiss = require_faiss()
         key = index_key(content_key, hashlib.sha256("\0".join(groups.tolist()).encode()).hexdigest(), params)
-        path = Path(cache_dir) / "ann" / f"{name.replace('/', '_')}-{key}.npz"
+        path = cache_layout.ann_dir(cache_dir) / f"{name.replace('/', '_')}-{key}.npz"
         if path.is_file():
             with np.load(path) as z:
                 names = [str(x) for x in z["groups"]]
@@ -149,7 +149,6 @@ def _build_ivf(joint: np.ndarray, ids: np.ndarray, p: AnnParams):
     return index
 
 
-def index_key(content_key: str, groups_key: str, params: AnnParams) -> str:
+def index_key(content: str, groups_key: str, params: AnnParams) -> str:
     import faiss
-    blob = json.dumps([content_key, groups_key, asdict(params), faiss.__version__], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return content_key([content, groups_key, asdict(params), faiss.__version__], 24)

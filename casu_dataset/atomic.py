@@ -1,10 +1,13 @@
-"""Atomic file writes and clean-up of temp files left by killed writers.
+"""Atomic file writes and clean-up of the temps left by killed writers.
 
-A file is written under a hidden temp name in its own folder (same file system, so the rename
-is atomic) and `os.replace`d into place: a reader sees the old file or the new one, never a
-truncated one. A writer killed before the rename leaves its temp behind; `clean_stale` removes
-those whose writer process is gone (or that are older than `max_age`, for a cache shared by
-several machines where the PID means nothing here).
+A file (or a folder: a scene cache entry, a build's staging folder) is written under a temp
+name beside its final path (same file system, so the rename is atomic) and `os.replace`d into
+place: a reader sees the old one or the new one, never a truncated one. Every temp in CASU has
+one name, `.NAME.tmp-HOST-PID` (`tmp_path`): hidden, so dataset readers (pyarrow, datasets) and
+the build record skip it; with its writer's host and PID, so `clean_stale` can tell a live
+writer's temp, which it keeps, from a killed one's, which it removes. One rule: a temp is stale
+when its writer ran on this host and is gone, or when it is older than `max_age` (another
+host's writer, in a folder shared by several machines, can only be judged by age).
 """
 from __future__ import annotations
 
@@ -12,30 +15,39 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import time
 from pathlib import Path
 
-STALE_AGE_S = 6 * 3600  # no single write takes hours: an older temp is stale whatever its PID
-_TMP_RE = re.compile(r"^\..+\.tmp(\d+)$")
-TMP_GLOB = ".*.tmp[0-9]*"  # the same names as a glob, for upload_folder's ignore patterns
+STALE_AGE_S = 6 * 3600  # no single write takes hours: an older temp is stale whatever its writer
+TMP_MARK = ".tmp-"
+_TMP_RE = re.compile(r"^\.(.+)\.tmp-(.+)-(\d+)$")
+TMP_GLOB = f".*{TMP_MARK}*"  # the same names as a glob (upload_folder's ignore patterns, clean-ups)
+HOST = socket.gethostname()
 
 
 def tmp_path(path: Path) -> Path:
-    """`.NAME.tmpPID` beside `path`: hidden, so dataset readers (pyarrow, datasets) skip it."""
+    """`.NAME.tmp-HOST-PID` beside `path`."""
     path = Path(path)
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+    return path.with_name(f".{path.name}{TMP_MARK}{HOST}-{os.getpid()}")
+
+
+def tmp_owner(path: Path) -> tuple[str, int] | None:
+    """(host, PID) of the writer named in a `tmp_path` name, else None."""
+    m = _TMP_RE.match(Path(path).name)
+    return (m.group(2), int(m.group(3))) if m else None
 
 
 def is_tmp(path: Path) -> bool:
-    return _TMP_RE.match(Path(path).name) is not None
+    return tmp_owner(path) is not None
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", tmp: Path | None = None):
-    """Open a temp file (default `tmp_path(path)`); on a clean exit it is flushed, synced and
-    renamed to `path`; on an exception it is removed, leaving the old `path` as it was."""
+def atomic_open(path: str | Path, mode: str = "w"):
+    """Open `tmp_path(path)`; on a clean exit it is flushed, synced and renamed to `path`; on
+    an exception it is removed, leaving the old `path` as it was."""
     path = Path(path)
-    tmp = tmp or tmp_path(path)
+    tmp = tmp_path(path)
     try:
         with open(tmp, mode) as f:
             yield f
@@ -71,23 +83,28 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_stale(path: Path, pid: int, max_age: float = STALE_AGE_S, now: float | None = None) -> bool:
-    if pid == os.getpid():
+def is_stale(path: Path, max_age: float = STALE_AGE_S, now: float | None = None) -> bool:
+    """True for a temp whose writer is gone: this host's dead PID, or older than `max_age`."""
+    owner = tmp_owner(path)
+    if owner is None:
+        return False
+    host, pid = owner
+    if host == HOST and pid == os.getpid():
         return False
     try:
-        age = (now or time.time()) - path.lstat().st_mtime
+        age = (now or time.time()) - Path(path).lstat().st_mtime
     except FileNotFoundError:
         return False
-    return age > max_age or not pid_alive(pid)
+    return age > max_age or (host == HOST and not pid_alive(pid))
 
 
-def clean_stale(paths, pid_of, max_age: float = STALE_AGE_S) -> list[Path]:
-    """Remove each path (file or folder) in `paths` whose writer is gone; `pid_of(path)` gives
-    the writer's PID or None for a path that is not a temp. Returns what was removed."""
+def clean_stale(paths, max_age: float = STALE_AGE_S) -> list[Path]:
+    """Remove each stale temp (file or folder) among `paths`; other paths are left alone.
+    Returns what was removed."""
     removed = []
     for p in paths:
-        pid = pid_of(p)
-        if pid is None or not is_stale(p, pid, max_age):
+        p = Path(p)
+        if not is_stale(p, max_age):
             continue
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
@@ -95,12 +112,6 @@ def clean_stale(paths, pid_of, max_age: float = STALE_AGE_S) -> list[Path]:
             p.unlink(missing_ok=True)
         removed.append(p)
     return removed
-
-
-def tmp_pid(path: Path) -> int | None:
-    """The PID in a `tmp_path` name, else None."""
-    m = _TMP_RE.match(Path(path).name)
-    return int(m.group(1)) if m else None
 
 
 # ------------------------------------------------------------------ whole-folder swaps

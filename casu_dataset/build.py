@@ -22,19 +22,22 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, atomic
+from . import __version__, atomic, cache_layout
 from .card import DATASET_VERSION, DEFAULT_NAME, attribution_file, dataset_card, eval_yaml
 from .contract import DESCRIPTION_TASK, FAMILY_FIELDS, SCENES_CONFIG, dataset_configs, mcq_configs
 from .errors import CasuError
-from .executor import build_unit, build_units, prebuild
+from .executor import build_units, prebuild
 from .preflight import merge_rejected, rejected_summary
-from .scene_cache import build_cache_dir, clean_scene_cache
+from .scene_cache import build_unit, clean_scene_cache
+
+log = logging.getLogger(__name__)
 
 
 def __getattr__(name):
@@ -184,7 +187,7 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
     the library's lock from this build."""
     from tqdm import tqdm
     out = Path(out)
-    cache_dir = build_cache_dir(cache_dir)
+    cache_dir = cache_layout.build_dir(cache_dir)
     clean_scene_cache(cache_dir)
     report = BuildReport()
     lock = getattr(builder, "lock", None)
@@ -242,12 +245,12 @@ def build_dataset(out: str | Path, scenes: list, builder, seed: int = 0, cache_d
         report.seconds["scenes"] = time.perf_counter() - t0
         if rv is not None:
             for _, msg in rv.bad_lines:
-                print(f"review: skipped {msg}")
+                log.warning("review: skipped %s", msg)
             report.review = apply_review(rows, rv)  # the counts, refusals and unknowns of the whole build
             for msg in report.review.get("refused", []):
-                print(f"review: refused {msg}")
+                log.warning("review: refused %s", msg)
             for item in report.review.get("unknown", []):
-                print(f"review: not applied, not counted: {item} is not in this build")
+                log.warning("review: not applied, not counted: %s is not in this build", item)
         if any(written[c] != [_digest(r) for r in rows[c]] for c in rows):
             raise RuntimeError("review decisions applied per unit and to the whole build disagree; nothing written")
         check_writable(out, rows, report, max_skips)
@@ -317,19 +320,23 @@ def shard_name(index: int, count: int, split: str = "test") -> str:
 
 def clean_folder_temps(out: Path) -> list[Path]:
     """Remove what killed builds left: temp files inside `out` (older builds wrote into it) and
-    staging folders beside it (`.NAME.building-PID`) whose writer is gone."""
+    staging folders beside it (`atomic.tmp_path(out)`, and `_old_path(out)`) whose writer is gone."""
     out = Path(out)
     gone = []
     if out.is_dir():
-        gone += atomic.clean_stale((p for p in out.rglob(".*.tmp*") if p.is_file()), atomic.tmp_pid)
+        gone += atomic.clean_stale(p for p in out.rglob(atomic.TMP_GLOB) if p.is_file())
     if out.parent.is_dir():
-        gone += atomic.clean_stale(out.parent.glob(f".{out.name}.building-*"), _stage_pid)
+        for name in (out.name, out.name + OLD_SUFFIX):
+            gone += atomic.clean_stale(out.parent.glob(f".{name}{atomic.TMP_MARK}*"))
     return gone
 
 
-def _stage_pid(p: Path) -> int | None:
-    tail = p.name.split(".building-", 1)[-1].split("-", 1)[0]
-    return int(tail) if tail.isdigit() else None
+OLD_SUFFIX = ".old"
+
+
+def _old_path(out: Path) -> Path:
+    """Where the old build waits while the new one is renamed into place (no atomic exchange)."""
+    return atomic.tmp_path(out.with_name(out.name + OLD_SUFFIX))
 
 
 def light(row: dict) -> dict:
@@ -338,7 +345,7 @@ def light(row: dict) -> dict:
 
 
 class FolderWriter:
-    """Streams a dataset into a staging folder beside `out` (`.NAME.building-PID`), row group
+    """Streams a dataset into a staging folder beside `out` (`atomic.tmp_path(out)`), row group
     by row group (ROW_GROUP_SIZE rows), so memory holds one row group per config, never the
     dataset. `finish` writes the card and the build record (build_manifest.py), flushes
     everything to disk and swaps the staging folder with `out` in one atomic step: a reader, or
@@ -347,7 +354,7 @@ class FolderWriter:
 
     def __init__(self, out: Path):
         self.out = Path(out)
-        self.stage = self.out.parent / f".{self.out.name}.building-{os.getpid()}"
+        self.stage = atomic.tmp_path(self.out)
         self.pending: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
         self.shards: dict[str, list[Path]] = {c: [] for c in dataset_configs()}
         self.open: dict[str, tuple] = {}  # config -> (ParquetWriter, rows, bytes) of its open shard
@@ -447,7 +454,7 @@ class FolderWriter:
             if not atomic.exchange(self.stage, self.out):
                 # No atomic exchange on this file system: two renames; the old build stays at the
                 # staging name until the new one is in place.
-                old = self.stage.with_name(self.stage.name + "-old")
+                old = _old_path(self.out)
                 os.replace(self.out, old)
                 os.replace(self.stage, self.out)
                 self.stage = old

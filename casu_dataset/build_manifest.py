@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from .audio_io import file_sha256
+from .content_key import content_key
 from .errors import CasuError
 
 MANIFEST = "casu_build.json"
@@ -35,7 +36,7 @@ def _members(root: Path) -> list[Path]:
 def identity(lock: dict | None, configs: dict[str, str]) -> dict:
     """What makes two dataset folders the same data: the lock followed and the config hashes."""
     body = {"lock_sha256": (lock or {}).get("sha256"), "configs": dict(sorted(configs.items()))}
-    return {**body, "sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
+    return {**body, "sha256": content_key(body)}
 
 
 def file_hashes(root: Path) -> dict[str, str]:

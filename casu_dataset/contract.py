@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -253,11 +251,6 @@ class SceneAnnotation:
 # ---------------------------------------------------------------- shared infrastructure
 
 
-def cache_root() -> Path:
-    """$CASU_CACHE, else ~/.cache/casu: every cache of the builder and the harness lives under it."""
-    return Path(os.environ.get("CASU_CACHE") or Path.home() / ".cache" / "casu")
-
-
 def key_int(key: str, nbytes: int = 8, byteorder: Literal["little", "big"] = "little") -> int:
     """The first `nbytes` of sha256(key) as an integer."""
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:nbytes], byteorder)
@@ -271,10 +264,6 @@ def derive_rng(seed: int | None, key: str, *salt: int, nbytes: int = 8,
     parts = ([int(seed)] if seed is not None else []) + [key_int(key, nbytes, byteorder), *salt]
     return np.random.default_rng(parts)
 
-
-def content_key(parts, length: int = 32) -> str:
-    """sha256 over canonical JSON of `parts` (a cache key)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:length]
 
 
 # ---------------------------------------------------------------- the builder's models, imported on use

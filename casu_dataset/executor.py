@@ -1,4 +1,5 @@
-"""Who builds the scenes: this process, `num_proc` spawned workers, or Ray (ray_executor.py).
+"""Who builds the scenes: this process, `num_proc` spawned workers, or Ray (ray_executor.py);
+what each builds is a unit (scene_cache.build_unit).
 Every executor only fills the scene cache; build.py then assembles the folder from the cache in a
 fixed order, so every executor writes the same bytes."""
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .scene_cache import build_scene
+from .scene_cache import build_unit
 
 EXECUTORS = ("local", "ray")
 
@@ -18,20 +19,6 @@ def build_units(scenes: list) -> dict[str, list]:
     for s in sorted(scenes, key=lambda s: s.script.id):
         units.setdefault(getattr(s, "family_id", "") or s.script.id, []).append(s)
     return units
-
-
-def build_unit(unit: list, seed: int, builder, cache_dir: Path,
-               touched: list | None = None) -> dict[str, tuple[dict, bool]]:
-    """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
-    A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision)."""
-    if getattr(builder, "lock", None) is not None:
-        from .scene_cache import build_locked_scene
-        return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
-    if getattr(unit[0], "family_id", ""):
-        from .family_build import build_family
-        return build_family(unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched))
-    (scene,) = unit
-    return {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
 
 
 def prebuild(units: list, seed: int, cache_dir: Path, executor: str = "local", num_proc: int = 1,

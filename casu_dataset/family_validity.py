@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .contract import SCENES_CONFIG
-from .scenarios.families import _norm, families_of, naming_violations
+from .scenarios.families import FamilyError, _norm, compile_families, families_of, naming_violations
 from .scenarios.library import LETTERS
 
 
@@ -294,3 +294,40 @@ def format_report(cov: dict, violations: list, blind: dict | None, built: tuple 
                       "crossed families a speech-only or a sounds-only reader can reach at most 50% per variant and "
                       "never a whole family: only the two layers together single out each key."]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m casu_dataset.family_validity check FILE...`: compile family files and check them."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m casu_dataset.family_validity",
+                                description="check contrast-family files (format, invariants, retrieval)")
+    p.add_argument("cmd", choices=["check"])
+    p.add_argument("path", nargs="+", help="family YAML files or folders")
+    p.add_argument("--retrieval", action="store_true", help="also check that every layer retrieves its bank type")
+    a = p.parse_args(argv)
+    rc = 0
+    for path in a.path:
+        skipped: list[dict] = []
+        try:
+            scenes = compile_families(path, skipped)
+        except FamilyError as err:
+            print(f"ERROR {err}")
+            rc = 1
+            continue
+        for s in skipped:
+            print(f"ERROR {s['reason']}")
+        rc |= bool(skipped)
+        print(json.dumps(counts(scenes), indent=1))
+        if a.retrieval and scenes:
+            from .catalog import Catalog
+            from .retrieval import Retriever
+            bad = check_retrieval(scenes, Retriever(Catalog.embedded()))
+            for b in bad:
+                print(f"RETRIEVAL {b}")
+            print(f"retrieval: {len(bad)} layers retrieve another type")
+            rc |= bool(bad)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

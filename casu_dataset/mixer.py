@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import __version__
-from .contract import ANNOTATION_FORMAT, ANNOTATION_VERSION, AnnotationError, cache_root, derive_rng
+from . import __version__, cache_layout
+from .contract import ANNOTATION_FORMAT, ANNOTATION_VERSION, AnnotationError, derive_rng
 from .audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
 from .loudness import db_to_gain, gated_lufs, kweight
 from .script import SceneScript
@@ -409,7 +409,7 @@ def _resolve_path(path: str, search_dirs: list[Path]) -> str:
         from .bank import bank_dir
         token, _, rest = path.partition("}/")
         roots = {"{bank": bank_dir(),
-                 "{speech_cache": cache_root() / "speech"}
+                 "{speech_cache": cache_layout.speech_dir()}
         if token in roots and (roots[token] / rest).is_file():
             return str(roots[token] / rest)
         path = rest  # fall through: look for the file name in the search folders

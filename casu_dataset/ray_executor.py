@@ -16,10 +16,16 @@ exactly as a local build does.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from . import atomic, cache_layout
+from .scene_cache import build_unit
+
+log = logging.getLogger(__name__)
 
 GPU_ENGINES = ("kokoro", "zonos")
 ENTRY_FILES = ("annotation.json", "mixture.flac", "background.flac", "speech.flac", "events.flac", "done")
@@ -55,17 +61,16 @@ def _local_cache(cache_dir: str) -> Path:
     else a node-local one: the entries travel back to the driver either way."""
     d = Path(cache_dir)
     try:
-        (d / "scenes").mkdir(parents=True, exist_ok=True)
-        if os.access(d / "scenes", os.W_OK):
+        cache_layout.scenes_dir(d).mkdir(parents=True, exist_ok=True)
+        if os.access(cache_layout.scenes_dir(d), os.W_OK):
             return d
     except OSError:
         pass
-    return Path(tempfile.gettempdir()) / "casu-ray-cache" / "build"
+    return cache_layout.build_dir(Path(tempfile.gettempdir()) / "casu-ray-cache")
 
 
 def build_task(unit: list, seed: int, spec: dict, cache_dir: str) -> dict:
     """Build one unit on a worker: {error, entries: {key: {file: bytes}}}."""
-    from .executor import build_unit
     cache = _local_cache(cache_dir)
     touched: list[str] = []
     try:
@@ -75,7 +80,7 @@ def build_task(unit: list, seed: int, spec: dict, cache_dir: str) -> dict:
         error = f"{type(err).__name__}: {err}"
     entries = {}
     for key in dict.fromkeys(touched):
-        d = cache / "scenes" / key
+        d = cache_layout.scenes_dir(cache) / key
         if (d / "done").is_file():
             entries[key] = {f: (d / f).read_bytes() for f in ENTRY_FILES}
     return {"error": error, "entries": entries}
@@ -83,10 +88,10 @@ def build_task(unit: list, seed: int, spec: dict, cache_dir: str) -> dict:
 
 def store_entry(cache_dir: Path, key: str, files: dict[str, bytes]) -> bool:
     """Write a shipped cache entry unless present; atomic like build_scene's own writes."""
-    d = Path(cache_dir) / "scenes" / key
+    d = cache_layout.scenes_dir(cache_dir) / key
     if (d / "done").is_file():
         return False
-    tmp = d.with_name(f"{key}.tmp{os.getpid()}")
+    tmp = atomic.tmp_path(d)
     tmp.mkdir(parents=True, exist_ok=True)
     for f in ENTRY_FILES[:-1]:
         (tmp / f).write_bytes(files[f])
@@ -136,4 +141,4 @@ def prebuild_ray(units: list, seed: int, spec: dict, cache_dir: Path, address: s
         if started:
             ray.shutdown()
     for sid, why in stats["lost"]:
-        print(f"ray: the task for {sid} was lost ({why}) after {max_retries} retries; built locally instead")
+        log.warning("ray: the task for %s was lost (%s) after %s retries; built locally instead", sid, why, max_retries)

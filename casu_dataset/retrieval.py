@@ -36,14 +36,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import atomic, cache_layout
 from .catalog import Catalog, CatalogClip
 from .errors import CasuError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ALPHA = 0.6
 DEFAULT_TIE_MARGIN = 0.02
@@ -113,13 +116,9 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return quantize(x / np.maximum(n, 1e-12))
 
 
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    return Path(cache_dir or os.environ.get("CASU_CACHE", Path.home() / ".cache" / "casu"))
-
-
 def catalog_embeddings(catalog: Catalog, embedder: Embedder, cache_dir: str | Path | None = None):
     """(desc, kw) embeddings for every clip, from the disk cache when model and catalog match."""
-    cache_dir = cache_root(cache_dir) / "embeddings"
+    cache_dir = cache_layout.embeddings_dir(cache_dir)
     key = hashlib.sha256(f"{embedder.model_name}|{EMBED_VERSION}|{catalog.fingerprint()}".encode()).hexdigest()[:24]
     path = cache_dir / f"{catalog.name.replace('/', '_')}-{key}.npz"
     if path.is_file():
@@ -135,9 +134,8 @@ def catalog_embeddings(catalog: Catalog, embedder: Embedder, cache_dir: str | Pa
     desc = np.where(single, desc, _normalize(desc)).astype(np.float32)
     kw = embedder.encode([keyword_text(c.keywords) for c in catalog.clips])
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, desc=desc, kw=kw)
-    os.replace(tmp, path)
+    with atomic.atomic_open(path, "wb") as f:  # a concurrent reader sees no file or the whole file
+        np.savez(f, desc=desc, kw=kw)
     return desc, kw
 
 
@@ -247,7 +245,7 @@ class Retriever:
         if self._ann is None and self.uses_ann():
             from .ann_index import AnnIndex, AnnParams
             self._ann = AnnIndex.load_or_build(self.joint, self.kinds, self.content_key,
-                                               self._ann_params or AnnParams(), cache_root(self._cache_dir),
+                                               self._ann_params or AnnParams(), self._cache_dir,
                                                self.catalog.name)
         return self._ann
 
@@ -400,5 +398,4 @@ _WARNED: set[str] = set()
 def _warn_once(msg: str) -> None:
     if msg not in _WARNED:
         _WARNED.add(msg)
-        import warnings
-        warnings.warn(msg, stacklevel=3)
+        log.warning(msg)

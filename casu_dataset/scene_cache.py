@@ -1,21 +1,20 @@
 """The build's scene cache: each built scene stored under a content key of everything that
 determines it (script, seed, mix settings, retrieval settings, catalog, voices, and the source of
 the code that renders a scene), so an interrupted build resumes where it stopped and a rebuild
-with the same inputs writes byte-identical files. A scene is written to `<key>.tmpPID/` and
-renamed into place; `clean_scene_cache` removes the folders of killed writers."""
+with the same inputs writes byte-identical files. A scene is written to a temp folder
+(atomic.tmp_path) and renamed into place; `clean_scene_cache` removes the folders of killed writers."""
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
-import os
-import re
 import shutil
 from pathlib import Path
 
-from . import __version__, atomic
+from . import __version__, atomic, cache_layout
 from .audio_io import encode_flac
-from .contract import cache_root, content_key
+from .content_key import content_key
+from .family_build import build_family
 
 BUILD_CACHE_VERSION = 1
 # The code that turns a script into audio: a change to any of these files changes every scene
@@ -25,11 +24,6 @@ RENDER_SOURCES = ("mixer.py", "timeline.py", "loudness.py", "audio_io.py", "sour
                   "retrieval.py", "catalog.py", "contract.py", "speech/*.py", "family_build.py", "lock.py")
 _CODE_ROOT = Path(__file__).parent
 STEMS = ("mixture", "background", "speech", "events")
-
-
-def build_cache_dir(cache_dir: str | Path | None = None) -> Path:
-    """`<cache>/build` (default cache: contract.cache_root())."""
-    return Path(cache_dir or cache_root()) / "build"
 
 
 @functools.lru_cache(maxsize=4)
@@ -54,14 +48,14 @@ def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
     ann = r.index_settings() if hasattr(r, "index_settings") else None
     if ann:  # big catalogs searched through the faiss index: its settings decide the candidates too
         parts.append(ann)
-    return content_key(parts)
+    return content_key(parts, 32)
 
 
 def build_scene(scene, seed: int, builder, cache_dir: Path, settings: dict | None = None,
                 touched: list | None = None) -> tuple[dict, bool]:
     """{annotation, flac: {mixture, background, speech, events}} for one scene, from cache if present.
     `touched` (a list) collects the cache keys used (the Ray executor ships those entries)."""
-    d = cache_dir / "scenes" / scene_key(scene, seed, builder, settings)
+    d = cache_layout.scenes_dir(cache_dir) / scene_key(scene, seed, builder, settings)
     if touched is not None:
         touched.append(d.name)
     if (d / "done").is_file():
@@ -76,8 +70,8 @@ def build_scene(scene, seed: int, builder, cache_dir: Path, settings: dict | Non
 
 
 def _store(d: Path, files: dict[str, bytes]) -> None:
-    """Write a scene's files to `<key>.tmpPID/` and rename it to `d` (`done` marks it complete)."""
-    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+    """Write a scene's files to a temp folder and rename it to `d` (`done` marks it complete)."""
+    tmp = atomic.tmp_path(d)
     tmp.mkdir(parents=True, exist_ok=True)
     for name, b in files.items():
         (tmp / name).write_bytes(b)
@@ -94,8 +88,8 @@ def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = N
     from .lock import realize_locked
     entry = builder.lock.entry(scene.script.id)
     key = content_key(["locked", BUILD_CACHE_VERSION, __version__, code_hash(_CODE_ROOT), entry,
-                       [v.to_dict() for v in builder.registry.voices]])
-    d = cache_dir / "scenes" / key
+                       [v.to_dict() for v in builder.registry.voices]], 32)
+    d = cache_layout.scenes_dir(cache_dir) / key
     if touched is not None:
         touched.append(d.name)
     if (d / "done").is_file():
@@ -108,16 +102,18 @@ def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = N
     return {"annotation": ann, "flac": flac, "drift": drift.to_dict()}, False
 
 
-_SCENE_TMP = re.compile(r"^[0-9a-f]{32}\.tmp(\d+)$")
+def build_unit(unit: list, seed: int, builder, cache_dir: Path,
+               touched: list | None = None) -> dict[str, tuple[dict, bool]]:
+    """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
+    A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision)."""
+    if getattr(builder, "lock", None) is not None:
+        return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
+    if getattr(unit[0], "family_id", ""):
+        return build_family(unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched))
+    (scene,) = unit
+    return {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
 
 
 def clean_scene_cache(cache_dir: Path) -> list[Path]:
-    """Remove `<key>.tmpPID` folders of scene writes whose process is gone (killed builds)."""
-    d = cache_dir / "scenes"
-    if not d.is_dir():
-        return []
-
-    def pid_of(p: Path):
-        m = _SCENE_TMP.match(p.name)
-        return int(m.group(1)) if m else None
-    return atomic.clean_stale(d.iterdir(), pid_of)
+    """Remove the temp folders of scene writes whose process is gone (killed builds)."""
+    return atomic.clean_stale(cache_layout.scenes_dir(cache_dir).glob(atomic.TMP_GLOB))

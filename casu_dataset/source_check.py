@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import atomic
-from .contract import cache_root
+from . import atomic, cache_layout
 from .audio_io import SAMPLE_RATE, AudioError, file_sha256, read_audio, resample
 from .loudness import SILENCE_LUFS, measure_lufs
 
@@ -107,9 +106,8 @@ class CheckCache:
     """Source measurements on disk: {sha256: measurement} plus a {path: [size, mtime_ns, sha256]} memo."""
 
     def __init__(self, cache_dir: str | Path | None, scope: str, sr: int = SAMPLE_RATE):
-        root = Path(cache_dir or cache_root())
         key = hashlib.sha256(f"{scope}|{sr}|{MEASURE_VERSION}".encode()).hexdigest()[:20]
-        self.path = root / "source_checks" / f"{key}.json"
+        self.path = cache_layout.source_checks_dir(cache_dir) / f"{key}.json"
         self.sr = sr
         self.measured = 0   # files decoded by this instance (0 on a warm load)
         self._dirty = False

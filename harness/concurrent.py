@@ -15,18 +15,21 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from model_adapters.base import AdapterError, Request
 
 
-def process_concurrently(todo, group, adapter, data, cache, batch_size, state, out, bar, failures) -> None:
-    from .runner import _call, _one_by_one, _prepare_audio
+def process_concurrently(todo, group, adapter, cache, batch_size, out, bar, failures, prepare_audio, send,
+                         one_by_one) -> None:
+    """The runner's loop with `adapter.concurrency` batches in flight. The runner hands in its own
+    steps (so this module does not import it): `prepare_audio(unit)`, `send(units, requests)` (one
+    adapter call) and `one_by_one(units, requests)` (each request alone)."""
 
     def call(units, reqs):  # in a pool thread; RunState's counters are sums, a lost update is harmless
         try:
-            return _call(adapter, units, reqs, state)
+            return send(units, reqs)
         except AdapterError:
             raise  # the model cannot run at all (a refused key, a missing model): stop
         except Exception as err:  # noqa: BLE001 - retry alone so one bad request cannot sink its batch
             if len(units) == 1:  # already alone: its retries are spent, it is a failed sample
                 return [{"error": f"{type(err).__name__}: {err}"}]
-            return _one_by_one(adapter, units, reqs, state)
+            return one_by_one(units, reqs)
 
     # Batches queued at once: twice the limit when the adapter enforces it itself, so the
     # semaphore stays busy while some requests sleep out a rate limit; else exactly the limit.
@@ -46,7 +49,7 @@ def process_concurrently(todo, group, adapter, data, cache, batch_size, state, o
                 units, reqs = [], []
                 for u in batch:
                     try:
-                        reqs.append(Request(prompt=u.prompt, audio=_prepare_audio(u, data, adapter, state),
+                        reqs.append(Request(prompt=u.prompt, audio=prepare_audio(u),
                                             options=u.options, system=u.system, id=u.sample.id,
                                             task=u.task.task, kind="answer" if u.task.output_type ==
                                             "multiple_choice" else "describe"))

@@ -11,48 +11,27 @@ import json
 import os
 import re
 import socket
-import time
 from pathlib import Path
 
 from casu_dataset import atomic
 
-TMP_MARK = ".tmp-"  # temp files are `.<final name>.tmp-<host>-<pid>`
-FOREIGN_TMP_AGE_S = 24 * 3600  # another machine's temp file (shared folder) is stale after a day
-
-
-def temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}{TMP_MARK}{socket.gethostname()}-{os.getpid()}")
-
-
-def atomic_open(path: str | Path, mode: str = "w"):
-    """casu_dataset.atomic.atomic_open with the harness's host-qualified temp name."""
-    return atomic.atomic_open(path, mode, tmp=temp_path(Path(path)))
+FOREIGN_TMP_AGE_S = 24 * 3600  # a temp in a results folder is stale after a day (a run's writes are short)
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:
-    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
+    with atomic.atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
 
 
 def clean_stale(root: str | Path) -> list[Path]:
     """Remove temp files left by killed runs in `root` and its model folders; returns them.
 
-    A temp file of a live process (a concurrent run) is kept."""
+    A temp file of a live process (a concurrent run) is kept (casu_dataset.atomic's rule)."""
     root = Path(root)
     if not root.is_dir():
         return []
-    host = socket.gethostname()
-
-    def owner(f: Path) -> int | None:
-        """This host's writer PID; another machine's temp (shared folder) only goes by age."""
-        if not f.is_file():
-            return None
-        h, _, pid = f.name.rsplit(TMP_MARK, 1)[1].rpartition("-")
-        if h == host and pid.isdigit():
-            return int(pid)
-        return 0 if time.time() - f.stat().st_mtime > FOREIGN_TMP_AGE_S else None  # pid 0: never alive
-    return atomic.clean_stale([*root.glob(f".*{TMP_MARK}*"), *root.glob(f"*/.*{TMP_MARK}*")], owner,
-                              max_age=FOREIGN_TMP_AGE_S)
+    temps = [*root.glob(atomic.TMP_GLOB), *root.glob("*/" + atomic.TMP_GLOB)]
+    return atomic.clean_stale([f for f in temps if f.is_file()], max_age=FOREIGN_TMP_AGE_S)
 
 
 def file_record(path: Path) -> dict:

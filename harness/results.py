@@ -285,7 +285,7 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .outputs import atomic_open
+    from casu_dataset.atomic import atomic_open
 
     def save(fig, p):
         with atomic_open(p, "wb") as f:
@@ -378,7 +378,9 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
-    from .outputs import atomic_open, atomic_write, file_record
+    from casu_dataset.atomic import atomic_open
+
+    from .outputs import atomic_write, file_record
     logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():
         p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"

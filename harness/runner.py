@@ -22,6 +22,7 @@ from casu_dataset.llm.cache import ResponseCache
 from casu_dataset.reader import Row
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
+from .concurrent import process_concurrently
 from .conditions import FULL, Condition
 from .data import CasuData
 from .parsing import LETTERS, parse_choice
@@ -248,8 +249,10 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
     bar = progress_bar(len(todo), adapter.name, progress)
     failures = RunFailures()
     if getattr(adapter, "concurrency", 1) > 1:  # an API: requests in flight, whatever the batch size
-        from .concurrent import process_concurrently
-        process_concurrently(todo, group, adapter, data, cache, batch_size, state, out, bar, failures)
+        process_concurrently(todo, group, adapter, cache, batch_size, out, bar, failures,
+                             prepare_audio=lambda u: _prepare_audio(u, data, adapter, state),
+                             send=lambda us, reqs: _call(adapter, us, reqs, state),
+                             one_by_one=lambda us, reqs: _one_by_one(adapter, us, reqs, state))
         bar.close()
         return out
     i = 0

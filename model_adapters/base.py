@@ -1,14 +1,14 @@
 """The adapter interface: batches of (16 kHz audio, prompt) in, texts (or option scores) out."""
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Literal
 
 import numpy as np
 
+from casu_dataset.content_key import content_key
 from casu_dataset.errors import CasuError
+
 
 
 class AdapterError(CasuError, RuntimeError):
@@ -168,7 +168,7 @@ class Adapter:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.info(), sort_keys=True).encode()).hexdigest()[:16]
+        return content_key(self.info(), 16)
 
 
 def parse_pairs(text: str | None, flag: str, error=ValueError) -> dict[str, str]:

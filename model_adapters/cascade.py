@@ -16,8 +16,9 @@ is not asked to rewrite it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+
+from casu_dataset.content_key import content_key
 
 from .base import Adapter, AdapterError, GenerationSettings, Request
 
@@ -194,7 +195,7 @@ class Cascade(Adapter):
             msgs = self._messages(r, ctx)
             # Identical reasoner inputs give identical scores: a contrast family's variants share
             # the question and options (and, without audio, everything), so score them once.
-            key = hashlib.sha256(json.dumps([msgs, list(r.options), ctx], sort_keys=True).encode()).hexdigest()
+            key = content_key([msgs, list(r.options), ctx])
             scores = self._scores.get(key)
             if scores is None:
                 scores = self._scores[key] = self._lm.option_logprobs(msgs, r.options, shared=ctx)

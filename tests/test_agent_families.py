@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from family_replay import TASK, ReplayBackend, default_reply, seat
 
-from casu_dataset import cli
+from casu_dataset import cli, family_validity
 from casu_dataset.agents.family_agents import bank_types, make_briefs, pmap, prompt_kind
 from casu_dataset.agents.family_panel import Panel, generate_families, run_family, write_outputs
 from casu_dataset.catalog import Catalog
@@ -52,7 +52,7 @@ def test_accepted_families_compile_and_pass_validity(tmp_path, retriever):
     scenes = lib.compile_families(tmp_path / "fams.yaml")
     assert len(scenes) == 8 and check_scenes(scenes) == []
     assert {s.shape for s in scenes} == {"slot", "crossed"}
-    assert lib.main(["check", str(tmp_path / "fams.yaml")]) == 0
+    assert family_validity.main(["check", str(tmp_path / "fams.yaml")]) == 0
     rep = json.loads(report.read_text())
     assert rep["summary"] == {"families": 2, "kept": 2, "rejected": {}, "failed": 0}
     checks = {(c["check"], c["by"]) for c in rep["families"][1]["checks"]}

@@ -152,7 +152,7 @@ def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, build
 
 def test_push_sends_exactly_the_folder(built):
     out, _, _, _ = built
-    (out / "scenes" / ".test-00000-of-00001.parquet.tmp999999999").write_bytes(b"half")  # a killed write
+    (out / "scenes" / ".test-00000-of-00001.parquet.tmp-host-999999999").write_bytes(b"half")  # a killed write
     paths = plan_push(out)
     assert "README.md" in paths and "contextual_reasoning/test-00000-of-00001.parquet" in paths
     assert "ATTRIBUTION.md" in paths and not [p for p in paths if ".tmp" in p]
@@ -230,14 +230,15 @@ def test_kill_during_write_leaves_the_previous_dataset_readable(built, builder, 
     assert _bytes(target) == old                   # every file of the old dataset, byte for byte
     assert _read_all(target) == _read_all(out)
     assert len(datasets.load_dataset(str(target), "contextual_reasoning", split="test")) > 1
-    leftovers = list(target.parent.glob(f".{target.name}.building-*"))
+    leftovers = list(target.parent.glob(f".{target.name}.tmp-*"))
     assert leftovers                               # the killed writer's staging folder (beside it) ...
     merge_folders(target, [new])                   # ... is removed by the next write
-    assert not list(target.parent.glob(f".{target.name}.building-*"))
+    assert not list(target.parent.glob(f".{target.name}.tmp-*"))
     assert _bytes(target) == _bytes(new)
 
 
 def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, builder, work):
+    from casu_dataset.atomic import HOST
     from casu_dataset.speech.layer import SpeechSynth
     out, rep, scenes, invalid = built
     cache = work / "cache_stale"
@@ -246,8 +247,8 @@ def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, b
                               text=True).stdout)    # a process that has exited
     live = os.getppid()
     sdir = cache / "build" / "scenes"
-    stale = [sdir / f"{'a' * 32}.tmp{dead}", sdir / f"{'b' * 32}.tmp{live}"]
-    keep = sdir / f"{'c' * 32}.tmp{live}"
+    stale = [sdir / f".{'a' * 32}.tmp-{HOST}-{dead}", sdir / f".{'b' * 32}.tmp-{HOST}-{live}"]
+    keep = sdir / f".{'c' * 32}.tmp-{HOST}-{live}"
     for d in (*stale, keep):
         d.mkdir()
         (d / "mixture.flac").write_bytes(b"partial")
@@ -255,7 +256,7 @@ def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, b
     os.utime(stale[1], (old, old))
     speech = cache / "speech" / "ab"
     speech.mkdir(parents=True)
-    dead_turn, live_turn = speech / f"{'d' * 64}.{dead}.tmp", speech / f"{'e' * 64}.{live}.tmp"
+    dead_turn, live_turn = speech / f".{'d' * 64}.wav.tmp-{HOST}-{dead}", speech / f".{'e' * 64}.wav.tmp-{HOST}-{live}"
     for f in (dead_turn, live_turn):
         f.write_bytes(b"RIFF")
     rep2 = build_dataset(work / "stale_out", scenes, builder, seed=1, cache_dir=cache, progress=False,
@@ -369,9 +370,9 @@ def test_the_test_session_is_hermetic():
 
     import datasets
 
-    from casu_dataset.speech.layer import default_cache_dir
+    from casu_dataset.cache_layout import cache_root
     tmp = Path(tempfile.gettempdir()).resolve()
-    assert tmp in default_cache_dir().resolve().parents
+    assert tmp in cache_root().resolve().parents
     assert tmp in Path(datasets.config.HF_DATASETS_CACHE).resolve().parents
 
 

@@ -68,13 +68,6 @@ def test_annotation_reader_spans_and_version():
         contract.SceneAnnotation.parse(_ann(plan={}))
 
 
-def test_cache_root_follows_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("CASU_CACHE", str(tmp_path))
-    assert contract.cache_root() == tmp_path
-    monkeypatch.delenv("CASU_CACHE")
-    assert contract.cache_root().parts[-2:] == (".cache", "casu")
-
-
 def test_one_repo_id_check_for_dataset_and_results_push():
     from casu_dataset.hub import HubError, check_repo_id
     from harness.push import PushError, plan_push

@@ -166,7 +166,7 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
 
 
 def test_atomic_write_never_leaves_a_partial_file(tmp_path):
-    from harness.outputs import atomic_open
+    from casu_dataset.atomic import atomic_open
     f = tmp_path / "results.json"
     atomic_write(f, "old")
     with pytest.raises(RuntimeError):

@@ -32,7 +32,7 @@ def folder(tmp_path):
     (d / "README.md").write_text("---\npretty_name: tiny\n---\n# tiny\n")
     for i in range(300):
         (d / "scenes" / f"s{i:03d}.json").write_text(json.dumps({"i": i}))
-    (d / "scenes" / ".s000.json.tmp4242").write_text("half")  # atomic.tmp_path of an unfinished write
+    (d / "scenes" / ".s000.json.tmp-host-4242").write_text("half")  # atomic.tmp_path of an unfinished write
     (d / ".cache" / "huggingface").mkdir(parents=True)
     (d / ".cache" / "huggingface" / "x").write_text("download metadata")
     return d
@@ -50,7 +50,7 @@ def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):
     expected = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
                       if p.is_file() and not atomic.is_tmp(p) and ".cache" not in p.parts)
     assert plan == expected and len(plan) == 301
-    assert atomic.is_tmp(folder / "scenes" / ".s000.json.tmp4242")
+    assert atomic.is_tmp(folder / "scenes" / ".s000.json.tmp-host-4242")
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder), "--dry_run")
     assert rc == 0, err
     assert "301 files" in out and "private" in out

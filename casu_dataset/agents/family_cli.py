@@ -5,9 +5,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
-from ..contract import cache_root, mcq_tasks
+from .. import cache_layout
+from ..contract import mcq_tasks
 from .family_agents import bank_types, make_briefs, prompt_kind
 from .family_panel import Panel, generate_families, write_outputs
 
@@ -60,8 +60,8 @@ def generate_main(args) -> int:
         critic_raws = [make(m, args.critic_base_url or args.base_url) for m in critic_models] or [writer_raw]
     except BackendError as err:
         return _fail(str(err))
-    cache_dir = Path(args.cache) if args.cache else cache_root()
-    cache = ResponseCache(cache_dir / "llm_responses.sqlite")
+    cache_dir = cache_layout.cache_root(args.cache)
+    cache = ResponseCache(cache_layout.llm_responses_file(cache_dir))
     counted = {id(b): KindCounter(b) for b in [writer_raw, *critic_raws]}
     cached = {i: CachedBackend(c, cache) for i, c in counted.items()}
     writer = Tuned(cached[id(writer_raw)], temperature=0.0, max_tokens=args.max_tokens)

@@ -65,8 +65,8 @@ def _generate(args) -> int:
         return 2
     args.place = args.place[0]
     from ..agents.pipeline import run_pipeline
+    from ..cache_layout import llm_responses_file
     from ..catalog import Catalog
-    from ..contract import cache_root
     from ..llm.cache import CachedBackend, ResponseCache
     if args.backend == "local":
         from ..llm.backends import LocalBackend
@@ -74,8 +74,7 @@ def _generate(args) -> int:
     else:
         from ..llm.backends import OpenAIBackend
         backend = OpenAIBackend(args.base_url, args.llm_model)
-    cache_dir = Path(args.cache) if args.cache else cache_root()
-    backend = CachedBackend(backend, ResponseCache(cache_dir / "llm_responses.sqlite"))
+    backend = CachedBackend(backend, ResponseCache(llm_responses_file(args.cache)))
     cat = Catalog.embedded()
     types = {k: sorted({c.type for c in cat.clips if c.kind == k}) for k in ("background", "event")}
     out = []

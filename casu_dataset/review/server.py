@@ -21,10 +21,10 @@ import functools
 import hmac
 import ipaddress
 import json
+import logging
 import re
 import secrets
 import socket
-import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +33,8 @@ from ..contract import SCENES_CONFIG, mcq_configs, mcq_tasks
 from ..errors import CasuError
 from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, option_moves,
                         validate, variant_question_error)
+
+log = logging.getLogger(__name__)
 
 FAMILY_COLS = ("family_id", "variant", "family_shape", "slot_kind", "speech_version", "fill")
 STEMS = ("audio", "background", "speech", "events")
@@ -387,8 +389,8 @@ def serve(dataset: str | Path, host: str = "127.0.0.1", port: int = 8765, review
     srv.token = token
     if not is_loopback(host):
         bar = "!" * 78
-        print(f"{bar}\nWARNING: the review server listens on {host}:{srv.server_address[1]}, not only on this "
-              "machine.\nAnyone who can reach that address can read the dataset and, with the page's token, "
-              "write decisions.\nUse the default --host 127.0.0.1 (and an SSH tunnel for remote review) unless "
-              f"this network is trusted.\n{bar}", file=sys.stderr, flush=True)
+        log.warning(f"{bar}\nWARNING: the review server listens on {host}:{srv.server_address[1]}, not only on this "
+                    "machine.\nAnyone who can reach that address can read the dataset and, with the page's token, "
+                    "write decisions.\nUse the default --host 127.0.0.1 (and an SSH tunnel for remote review) unless "
+                    f"this network is trusted.\n{bar}")
     return srv, data

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import soundfile as sf
 
-from .. import atomic
+from .. import atomic, cache_layout
 from ..audio_io import wav_bytes
-from ..contract import cache_root, derive_rng
+from ..content_key import content_key
+from ..contract import derive_rng
 from ..script import SceneScript, Speaker
 from .engines import EngineError, get_engine
 from .pitch import median_f0, semitones
@@ -31,10 +30,6 @@ PITCH_PROBE = "The weather today is calm and clear, and the market opens at nine
 SPEECH_CACHE_VERSION = 2  # 2: deterministic WAV bytes
 
 
-def default_cache_dir() -> Path:
-    return cache_root()
-
-
 class VoiceAssignmentError(CasuError, ValueError):
     pass
 
@@ -43,27 +38,16 @@ class TurnTooLongError(CasuError, ValueError):
     pass
 
 
-def _key(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-_TMP = re.compile(r"^[0-9a-f]{64}\.(\d+)\.tmp$")
-
-
 def clean_speech_cache(d: Path) -> list[Path]:
-    """Remove `<key>.<pid>.tmp` turn files (and `.NAME.tmpPID` pitch files) whose writer was
-    killed before its rename."""
-    def pid_of(p: Path):
-        m = _TMP.match(p.name)
-        return int(m.group(1)) if m else atomic.tmp_pid(p)
-    return atomic.clean_stale([*d.glob("*/*.tmp"), *d.glob("*/.*.tmp*")], pid_of)
+    """Remove the temp files of turn and pitch writes whose writer was killed before its rename."""
+    return atomic.clean_stale(d.glob("*/" + atomic.TMP_GLOB))
 
 
 class SpeechSynth:
     """Synthesise and cache turns; also measures (and caches) each voice's median pitch."""
 
     def __init__(self, cache_dir: str | Path | None = None):
-        self.dir = Path(cache_dir or default_cache_dir()) / "speech"
+        self.dir = cache_layout.speech_dir(cache_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         clean_speech_cache(self.dir)
         self._pitch: dict[str, float] = {}
@@ -71,7 +55,7 @@ class SpeechSynth:
         self.misses = 0
 
     def turn_path(self, text: str, voice: Voice) -> Path:
-        k = _key(SPEECH_CACHE_VERSION, text.strip(), voice.to_dict(), get_engine(voice.engine).version())
+        k = content_key([SPEECH_CACHE_VERSION, text.strip(), voice.to_dict(), get_engine(voice.engine).version()])
         return self.dir / k[:2] / f"{k}.wav"
 
     def synthesize(self, text: str, voice: Voice, where: str = "turn") -> Path:
@@ -82,12 +66,10 @@ class SpeechSynth:
             return p
         self.misses += 1
         audio, sr = speak(text, voice, where)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(f".{os.getpid()}.tmp")
         # Our WAV writer, not libsndfile's: its PEAK chunk holds a timestamp, and the file's
-        # hash is recorded in every annotation that uses the turn.
-        tmp.write_bytes(wav_bytes(audio, sr))
-        os.replace(tmp, p)  # atomic: a killed build never leaves a half-written turn
+        # hash is recorded in every annotation that uses the turn. Atomic: a killed build never
+        # leaves a half-written turn.
+        atomic.write_bytes(p, wav_bytes(audio, sr))
         return p
 
     def voice_pitch(self, voice: Voice) -> float:
