@@ -7,15 +7,17 @@ the library are loaded when `build` runs.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
 from .errors import CasuError
+
+log = logging.getLogger(__name__)
 
 #: `scenarios` names of the shipped libraries (anything else is a folder or file path).
 LIBRARIES = ("default", "v2", "v1")
@@ -266,9 +268,9 @@ def build(config: BuildConfig) -> BuildResult:
                           f"({len(catalog)} loaded, {rej['rejected']} rejected: "
                           + "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:3]) + ")")
     if rej["rejected"] and config.progress:
-        print(f"catalog {catalog.name}: {rej['rejected']} clip(s) or row(s) rejected, never used "
-              "(listed in the card and build_report.json): " + "; ".join(
-                  f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]), file=sys.stderr)
+        log.warning("catalog %s: %d clip(s) or row(s) rejected, never used (listed in the card and "
+                    "build_report.json): %s", catalog.name, rej["rejected"],
+                    "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]))
     lock = None
     if config.lock == "follow":
         lock = load_for(lib, build_settings(builder, config.seed, config.command),
@@ -276,8 +278,8 @@ def build(config: BuildConfig) -> BuildResult:
     if lock is not None:
         builder.lock, spec["lock"] = lock, str(lock.path)
         if config.progress:
-            print(f"following the realization lock {lock.path} ({lock.short}): no retrieval or Whisper decision "
-                  "is made")
+            log.info("following the realization lock %s (%s): no retrieval or Whisper decision is made",
+                     lock.path, lock.short)
     # A followed lock names every clip (checked by hash when used): no retrieval to preflight.
     problems = fill_problems(scenes, builder.retriever, check_retrieval=families and lock is None)
     if problems:  # retrieval never falls back silently to a clip of another type

@@ -1,15 +1,14 @@
 """`python -m casu_dataset COMMAND`: compose, regenerate, demo, retrieval-eval, voices, validity, generate."""
 from __future__ import annotations
 
+from .clock import T0  # noqa: F401,I001  (first: the build's stage breakdown counts the imports below)
+
 import argparse
-import time
 
-T0 = time.perf_counter()  # the build's stage breakdown starts here (imports included)
-
-from ..errors import CasuError  # noqa: E402
-from . import (audit, build, compare, compose, demo, generate, merge, push, regenerate, retrieval_eval,  # noqa: E402
+from ..errors import CasuError
+from . import (audit, build, compare, compose, demo, generate, merge, push, regenerate, retrieval_eval,
                review, timeline, validity, voices)
-from .common import error, hub_offline  # noqa: E402
+from .common import error, hub_offline
 
 EXIT_CODES = """exit codes:
   0  success
@@ -37,7 +36,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from ..log import setup_console_logging
     from ..redact import guard_logging
+    setup_console_logging()  # here, not in __main__: the `casu` console script comes through main too
     guard_logging()
     try:
         if getattr(args, "online", False):  # push: the user's own Hub mode, online by default

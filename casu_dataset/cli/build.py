@@ -71,7 +71,7 @@ def config(args) -> BuildConfig:
 
 
 def run(args) -> int:
-    from . import T0
+    from .clock import T0
     t_cmd = time.perf_counter()
     cfg = config(args)
     res = build(cfg)
