@@ -267,10 +267,10 @@ def cmd_validate(argv: list[str]) -> int:
     from pathlib import Path
 
     from .data import CasuData, DatasetError
-    from .task_config import DEFAULT_TASKS_DIR, TaskConfigError, load_task, load_tasks
+    from .task_config import TaskConfigError, builtin_tasks_dir, load_task, load_tasks
     data = CasuData(a.dataset) if a.dataset else None
     bad = 0
-    for t in [Path(x) for x in a.paths] or [DEFAULT_TASKS_DIR]:
+    for t in [Path(x) for x in a.paths] or [builtin_tasks_dir()]:
         try:
             cfgs = load_tasks([t]) if t.is_dir() else {"": load_task(t)}
         except TaskConfigError as err:
