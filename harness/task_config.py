@@ -29,7 +29,11 @@ def builtin_tasks_dir() -> Path:
     installed = resources.files("harness") / "tasks"
     if installed.is_dir():
         return Path(str(installed))
-    return Path(__file__).resolve().parent.parent / "tasks"
+    checkout = Path(__file__).resolve().parent.parent / "tasks"
+    if not checkout.is_dir():
+        raise TaskConfigError(f"no built-in tasks: neither {installed} (an installed wheel) nor {checkout} "
+                              "(a checkout) is a folder; reinstall casu")
+    return checkout
 
 
 class Generation(BaseModel):
