@@ -106,7 +106,8 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     assert rc == 0, stderr
     run = out / "random"
     doc = json.loads(next(run.glob("casu_results_*.json")).read_text())
-    recs = [json.loads(line) for line in next(run.glob("casu_samples_role_inference_a_*.jsonl")).read_text().splitlines()]
+    log = next(run.glob("casu_samples_role_inference_a_*.jsonl"))
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
     share = sum(r["parsed"] == "A" for r in recs) / len(recs)
     m = doc["results"]["role_inference_a"]["PEB"]
     assert len(recs) == m["n"] > 0 and m["picked_a"]["value"] == share and 0 < share < 1

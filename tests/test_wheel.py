@@ -17,6 +17,8 @@ from pydantic import TypeAdapter
 
 from harness.results import SCHEMA_VERSION
 
+pytestmark = pytest.mark.slow  # building the wheel and its venv takes tens of seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning",
          "scene_description"]
@@ -60,14 +62,14 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path, dict]:
 def test_the_wheel_imports_from_its_own_site_packages(wheel_venv, tmp_path):
     py, site, env = wheel_venv
     code = ("import json, casu_dataset, harness, model_adapters; from harness.task_config import builtin_tasks_dir; "
-            "print(json.dumps([m.__file__ for m in (casu_dataset, harness, model_adapters)] + [str(builtin_tasks_dir())]))")
+            "print(json.dumps([m.__file__ for m in (casu_dataset, harness, model_adapters)]"
+            " + [str(builtin_tasks_dir())]))")
     paths = [Path(p) for p in json.loads(_run([py, "-c", code], tmp_path, env).stdout)]
     for p in paths:
         assert p.is_relative_to(site) and not p.is_relative_to(ROOT), p
     assert sorted(f.name for f in paths[-1].glob("*.yaml")) == sorted(f"{t}.yaml" for t in TASKS)
 
 
-@pytest.mark.slow
 def test_the_wheel_lists_tasks_and_runs_a_random_evaluation(wheel_venv, casu_small, tmp_path):
     py, site, env = wheel_venv
     p = _run([py, "-m", "harness", "--tasks", "list"], tmp_path, env)
