@@ -248,10 +248,15 @@ def cmd_validate(argv: list[str]) -> int:
     from pathlib import Path
 
     from .data import CasuData, DatasetError
-    from .task_config import DEFAULT_TASKS_DIR, TaskConfigError, load_task, load_tasks
+    from .task_config import TaskConfigError, builtin_tasks_dir, load_task, load_tasks
     data = CasuData(a.dataset) if a.dataset else None
     bad = 0
-    for t in [Path(x) for x in a.paths] or [DEFAULT_TASKS_DIR]:
+    try:
+        paths = [Path(x) for x in a.paths] or [builtin_tasks_dir()]
+    except TaskConfigError as err:
+        print(f"bad {err}", file=sys.stderr)
+        return EXIT_USAGE
+    for t in paths:
         try:
             cfgs = load_tasks([t]) if t.is_dir() else {"": load_task(t)}
         except TaskConfigError as err:

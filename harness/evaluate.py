@@ -71,36 +71,21 @@ def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOp
     return {"status": status, "task": task.task, "questions": per_q}
 
 
-def _mcq_metrics(recs: list[dict], task: TaskConfig, circular: bool, seed: int) -> dict:
+def _mcq_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> dict:
     base = [r for r in recs if r["rotation"] == 0]
     ok = [r for r in base if r["method"] != "error"]
-    res = {"n": len(ok), "n_errors": len(base) - len(ok)}
-    res["accuracy"] = M.mean_with_ci([r["correct"] for r in ok], seed=seed)
-    res["unparsed_rate"] = {"value": (sum(r["method"] == "unparsed" for r in ok) / len(ok)) if ok else None,
-                            "n": len(ok)}
+    scored = M.Scored(recs, ok, opts)
+    res = {"n": len(ok), "n_errors": len(base) - len(ok), **M.compute_metrics(M.MCQ, task.metrics, scored)}
     methods: dict[str, int] = {}
     for r in ok:
         methods[r["method"]] = methods.get(r["method"], 0) + 1
     res["parse_methods"] = dict(sorted(methods.items()))
-    if "paired_accuracy" in task.metrics:
-        res["paired_accuracy"] = M.paired_accuracy(ok)
-    if circular and "circular_accuracy" in task.metrics:
-        groups: dict[str, list[bool]] = {}
-        for r in recs:
-            groups.setdefault(r["id"], []).append(r["method"] != "error" and r["correct"])
-        res["circular_accuracy"] = M.mean_with_ci([all(v) for v in groups.values()], seed=seed)
     res["breakdowns"] = {k: M.breakdown(ok, k) for k in task.breakdowns}
-    fam = [r for r in base if r.get("family_id")]
+    fam = scored.family
     if fam:
-        # Contrast families: errors count as wrong here (a family is right only if all four
-        # variants are), and intervals resample families, not questions.
-        scored = [dict(r, correct=r["method"] != "error" and r["correct"]) for r in fam]
-        fm = M.family_bootstrap(scored, seed=seed)
-        res["accuracy"] = dict(res["accuracy"], ci95=fm["accuracy"]["ci95"], ci95_resampled="families")
-        res["family_accuracy"] = fm["family_accuracy"]
-        res["by_family_shape"] = {shape: M.family_bootstrap([r for r in scored if r.get("family_shape") == shape],
-                                                            seed=seed)
-                                  for shape in ("slot", "crossed") if any(r.get("family_shape") == shape for r in scored)}
+        res["by_family_shape"] = {shape: M.family_bootstrap([r for r in fam if r.get("family_shape") == shape],
+                                                            seed=opts.seed)
+                                  for shape in ("slot", "crossed") if any(r.get("family_shape") == shape for r in fam)}
     return res
 
 
@@ -125,33 +110,8 @@ def limit_samples(samples: list, limit: int) -> list:
 
 def _text_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> tuple[dict, list[dict]]:
     ok = [r for r in recs if "error" not in r]
-    res: dict = {"n": len(ok), "n_errors": len(recs) - len(ok)}
-    hyps, refs = [r["response"] for r in ok], [r["reference"] for r in ok]
-    if "bleu4" in task.metrics and ok:
-        res["bleu4"] = {"value": M.bleu4(hyps, refs), "ci95": M.bleu4_ci(hyps, refs, seed=opts.seed), "n": len(ok),
-                        "scale": "0-100"}
-    if "bertscore" in task.metrics and ok:
-        model = opts.bert_model or M.default_bert_model()
-        f1 = M.bertscore_f1(hyps, refs, model=model)
-        for r, v in zip(ok, f1):
-            r["bertscore_f1"] = v
-        res["bertscore"] = dict(M.mean_with_ci(f1, seed=opts.seed), model=model, num_layers=M.BERT_LAYERS,
-                                rescaled=False)
-    if "event_match" in task.metrics and ok:
-        matcher = opts.event_matcher or M.EmbeddingEventMatcher()
-        vals = []
-        for r in ok:
-            r["event_match"] = matcher.share(r["response"], r["event_descriptions"])
-            if r["event_match"] is not None:
-                vals.append(r["event_match"])
-        res["event_match"] = dict(M.mean_with_ci(vals, seed=opts.seed), matcher=matcher.describe())
-    if "one_minus_wer" in task.metrics and ok:
-        vals = []
-        for r in ok:
-            r["one_minus_wer"] = M.one_minus_wer(r["response"], r["turns"])
-            if r["one_minus_wer"] is not None:
-                vals.append(r["one_minus_wer"])
-        res["one_minus_wer"] = M.mean_with_ci(vals, seed=opts.seed)
+    res: dict = {"n": len(ok), "n_errors": len(recs) - len(ok),
+                 **M.compute_metrics(M.TEXT, task.metrics, M.Scored(recs, ok, opts))}
     if task.breakdowns and ok and "bertscore" in res:
         res["breakdowns"] = {k: _text_breakdown(ok, k) for k in task.breakdowns}
     return res, recs
@@ -216,7 +176,7 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
                 n_err = sum(r.get("error") is not None for r in recs)
                 results[t.task][c.name] = {"n": len(recs) - n_err, "n_errors": n_err, "predict_only": True}
             elif t.output_type == "multiple_choice":
-                results[t.task][c.name] = _mcq_metrics(recs, t, opts.circular, opts.seed)
+                results[t.task][c.name] = _mcq_metrics(recs, t, opts)
             else:
                 results[t.task][c.name], recs = _text_metrics(recs, t, opts)
             samples_out[t.task].extend(recs)

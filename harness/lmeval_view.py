@@ -20,14 +20,8 @@ import re
 
 from casu_dataset.contract import FULL_CONDITION
 
+from . import metrics as M
 from .outputs import checkpoint, run_key
-
-# project metric -> lm-eval metric name; higher is better for all of them
-METRICS = {"accuracy": "acc", "family_accuracy": "family_acc", "circular_accuracy": "circular_acc",
-           "paired_accuracy": "paired_acc", "bleu4": "bleu", "bertscore": "bertscore", "event_match": "event_match",
-           "one_minus_wer": "one_minus_wer"}
-# per-sample values of a scene description record -> lm-eval metric name
-SAMPLE_METRICS = {"bertscore_f1": "bertscore", "event_match": "event_match", "one_minus_wer": "one_minus_wer"}
 
 
 def hash_string(text: str) -> str:
@@ -57,13 +51,21 @@ def task_results(task: str, conds: dict) -> dict:
         if m.get("predict_only"):  # lm-eval's predict_only: its "bypass" metric
             out[f"bypass,{filt}"] = 999
             out[f"bypass_stderr,{filt}"] = "N/A"
-        for ours, theirs in METRICS.items():
-            v = (m.get(ours) or {}) if isinstance(m.get(ours), dict) else None
+        for metric in (x for x in M.METRICS.values() if x.lmeval):
+            v = (m.get(metric.name) or {}) if isinstance(m.get(metric.name), dict) else None
             if not v or v.get("value") is None:
                 continue
-            out[f"{theirs},{filt}"] = v["value"]
-            out[f"{theirs}_stderr,{filt}"] = _stderr(v)
+            out[f"{metric.lmeval},{filt}"] = v["value"]
+            out[f"{metric.lmeval}_stderr,{filt}"] = _stderr(v)
     return out
+
+
+def higher_is_better(lmeval_name: str) -> bool:
+    """lm-eval's higher_is_better of a metric in its results: the registry's (`bypass`, lm-eval's
+    predict_only metric, is True in lm-eval)."""
+    if lmeval_name == "bypass":
+        return True
+    return {m.lmeval: m.higher_is_better for m in M.METRICS.values() if m.lmeval}[lmeval_name]
 
 
 def _metric_names(res: dict) -> list[str]:
@@ -134,10 +136,9 @@ def sample_lines(task: str, records: list[dict], generation: dict | None = None)
             metrics["acc"] = float(bool(r0.get("correct")) and "error" not in r0)
             if len(rs) > 1:
                 metrics["circular_acc"] = float(all(bool(r.get("correct")) and "error" not in r for r in rs))
-        else:
-            for ours, theirs in SAMPLE_METRICS.items():
-                if isinstance(r0.get(ours), (int, float)):
-                    metrics[theirs] = float(r0[ours])
+        for metric in M.METRICS.values():
+            if metric.lmeval and metric.sample_key and isinstance(r0.get(metric.sample_key), (int, float)):
+                metrics[metric.lmeval] = float(r0[metric.sample_key])
         line = {"doc_id": order[qid], "doc": doc, "target": str(target), "arguments": args, "resps": resps,
                 "filtered_resps": filtered, "filter": filter_name(cond), "metrics": list(metrics),
                 "doc_hash": hash_string(json.dumps(doc, indent=2, ensure_ascii=False)),
@@ -207,7 +208,7 @@ def view(doc: dict) -> dict:
                     for t in tasks},
         "versions": {t: (cfg.get("task_versions") or {}).get(t) for t in tasks},
         "n-shot": {t: 0 for t in tasks},  # CASU questions are zero-shot
-        "higher_is_better": {t: {m: True for m in _metric_names(results[t])} for t in tasks},
+        "higher_is_better": {t: {m: higher_is_better(m) for m in _metric_names(results[t])} for t in tasks},
         "n-samples": {t: {"original": (per_task.get(t) or {}).get("rows"),
                           "effective": (per_task.get(t) or {}).get("samples")} for t in tasks},
         "config": config_block(doc),

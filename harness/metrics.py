@@ -1,11 +1,17 @@
 """Metrics: accuracy with bootstrap intervals, paired and circular accuracy, breakdowns, and the
-scene-description metrics (BLEU-4, BERTScore, Event Match, 1 - WER)."""
+scene-description metrics (BLEU-4, BERTScore, Event Match, 1 - WER).
+
+Every metric is declared once, in the registry at the end of this file (`Metric`, `METRICS`):
+evaluate computes the registered metrics, the results tables, lm-eval's view and the task YAML
+validation read them from there, so adding a metric is one `register_metric(...)`."""
 from __future__ import annotations
 
 import contextvars
 import functools
 import re
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -224,3 +230,168 @@ def one_minus_wer(description: str, turns: list[str]) -> float | None:
     if not normalize_transcript(ref):
         return None
     return max(0.0, 1.0 - word_error_rate(ref, quoted_speech(description)))
+
+
+# -- the registry -------------------------------------------------------------------------------
+
+MCQ, TEXT = "multiple_choice", "generate_until"  # the task kinds (a task YAML's output_type)
+
+
+@dataclass
+class Scored:
+    """What a metric is computed from: one task's scored records under one condition."""
+    records: list[dict]  # every record, all rotations (--circular), failed requests included
+    ok: list[dict]       # the records scored: rotation 0, no error
+    opts: object         # the run's EvalOptions (seed, circular, bert_model, event_matcher)
+
+    @property
+    def family(self) -> list[dict]:
+        """Rotation-0 contrast-family records, a failed request counting as wrong (a family is
+        right only if all four variants are)."""
+        return [dict(r, correct=r["method"] != "error" and r["correct"]) for r in self.records
+                if r.get("rotation", 0) == 0 and r.get("family_id")]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric. `compute` gives its aggregate over a task's records ({"value", "ci95", "n",
+    ...}; None: not computed for this run) and may write a per-sample value under `sample_key` on
+    each scored record."""
+    name: str                         # the key in results, and in a task YAML's `metrics:`
+    kinds: tuple[str, ...]            # the task kinds (output_type) it applies to
+    compute: Callable[[Scored], dict | None]
+    higher_is_better: bool = True
+    always: bool = False              # computed for every task of its kinds, listed in its YAML or not
+    listable: bool = True             # may be named in a task YAML (False: a property of the data)
+    lmeval: str | None = None         # its name in lm-eval's results and sample lines (None: not there)
+    sample_key: str | None = None     # the per-sample value compute writes on each scored record
+    label: str | None = None          # its table column (None: no column)
+    percent: bool = True              # shown x100 (a 0-1 share) or as is (e.g. BLEU-4, already 0-100)
+    with_ci: bool = False             # shown with its 95% interval in the per-task table
+
+    def cell(self, m: dict | None) -> str:
+        """How a result of this metric is shown in a table."""
+        if not m or m.get("value") is None:
+            return "-"
+        scale = 100 if self.percent else 1
+        ci = m.get("ci95") if self.with_ci else None
+        return f"{scale * m['value']:.2f}" + (f" [{scale * ci[0]:.1f}, {scale * ci[1]:.1f}]" if ci else "")
+
+
+METRICS: dict[str, Metric] = {}  # name -> metric, in registration order (the order of results and tables)
+
+
+def register_metric(metric: Metric, replace: bool = False) -> Metric:
+    unknown = sorted(set(metric.kinds) - {MCQ, TEXT})
+    if not metric.kinds or unknown:
+        raise ValueError(f"metric {metric.name!r}: kinds {list(metric.kinds)} must be among {[MCQ, TEXT]}")
+    if metric.name in METRICS and not replace:
+        raise ValueError(f"metric {metric.name!r} is already registered")
+    METRICS[metric.name] = metric
+    return metric
+
+
+def unregister_metric(name: str) -> None:
+    METRICS.pop(name, None)
+
+
+def listable(kind: str | None = None) -> list[str]:
+    """The metric names a task YAML may list (for one kind, or any)."""
+    return [m.name for m in METRICS.values() if m.listable and (kind is None or kind in m.kinds)]
+
+
+def compute_metrics(kind: str, listed: list[str], scored: Scored) -> dict:
+    """Every registered metric of `kind` the task lists (or that is always computed), in registry order."""
+    out = {}
+    for m in METRICS.values():
+        if kind in m.kinds and (m.always or m.name in listed):
+            v = m.compute(scored)
+            if v is not None:
+                out[m.name] = v
+    return out
+
+
+def _accuracy(s: Scored) -> dict:
+    acc = mean_with_ci([r["correct"] for r in s.ok], seed=s.opts.seed)
+    fam = s.family
+    if fam:  # contrast families: the interval resamples families, not questions
+        acc = dict(acc, ci95=family_bootstrap(fam, seed=s.opts.seed)["accuracy"]["ci95"], ci95_resampled="families")
+    return acc
+
+
+def _family_accuracy(s: Scored) -> dict | None:
+    fam = s.family
+    return family_bootstrap(fam, seed=s.opts.seed)["family_accuracy"] if fam else None
+
+
+def _circular_accuracy(s: Scored) -> dict | None:
+    if not s.opts.circular:
+        return None
+    groups: dict[str, list[bool]] = {}
+    for r in s.records:
+        groups.setdefault(r["id"], []).append(r["method"] != "error" and r["correct"])
+    return mean_with_ci([all(v) for v in groups.values()], seed=s.opts.seed)
+
+
+def _unparsed_rate(s: Scored) -> dict:
+    return {"value": (sum(r["method"] == "unparsed" for r in s.ok) / len(s.ok)) if s.ok else None, "n": len(s.ok)}
+
+
+def _bleu4(s: Scored) -> dict | None:
+    if not s.ok:
+        return None
+    hyps, refs = [r["response"] for r in s.ok], [r["reference"] for r in s.ok]
+    return {"value": bleu4(hyps, refs), "ci95": bleu4_ci(hyps, refs, seed=s.opts.seed), "n": len(s.ok),
+            "scale": "0-100"}
+
+
+def _bertscore(s: Scored) -> dict | None:
+    if not s.ok:
+        return None
+    model = s.opts.bert_model or default_bert_model()
+    f1 = bertscore_f1([r["response"] for r in s.ok], [r["reference"] for r in s.ok], model=model)
+    for r, v in zip(s.ok, f1):
+        r["bertscore_f1"] = v
+    return dict(mean_with_ci(f1, seed=s.opts.seed), model=model, num_layers=BERT_LAYERS, rescaled=False)
+
+
+def _event_match(s: Scored) -> dict | None:
+    if not s.ok:
+        return None
+    matcher = s.opts.event_matcher or EmbeddingEventMatcher()
+    vals = []
+    for r in s.ok:
+        r["event_match"] = matcher.share(r["response"], r["event_descriptions"])
+        if r["event_match"] is not None:
+            vals.append(r["event_match"])
+    return dict(mean_with_ci(vals, seed=s.opts.seed), matcher=matcher.describe())
+
+
+def _one_minus_wer(s: Scored) -> dict | None:
+    if not s.ok:
+        return None
+    vals = []
+    for r in s.ok:
+        r["one_minus_wer"] = one_minus_wer(r["response"], r["turns"])
+        if r["one_minus_wer"] is not None:
+            vals.append(r["one_minus_wer"])
+    return mean_with_ci(vals, seed=s.opts.seed)
+
+
+# Registration order is the order of results, lm-eval's results and table columns.
+register_metric(Metric("accuracy", (MCQ,), _accuracy, always=True, lmeval="acc", label="Accuracy (95% CI)",
+                       with_ci=True))
+register_metric(Metric("family_accuracy", (MCQ,), _family_accuracy, always=True, listable=False, lmeval="family_acc",
+                       label="Family acc. (95% CI)", with_ci=True))
+register_metric(Metric("unparsed_rate", (MCQ,), _unparsed_rate, higher_is_better=False, always=True,
+                       label="Unparsed"))
+register_metric(Metric("paired_accuracy", (MCQ,), lambda s: paired_accuracy(s.ok), lmeval="paired_acc",
+                       label="Paired"))
+register_metric(Metric("circular_accuracy", (MCQ,), _circular_accuracy, lmeval="circular_acc", label="Circular"))
+register_metric(Metric("bleu4", (TEXT,), _bleu4, lmeval="bleu", label="BLEU-4", percent=False))
+register_metric(Metric("bertscore", (TEXT,), _bertscore, lmeval="bertscore", sample_key="bertscore_f1",
+                       label="BERTScore", percent=False))
+register_metric(Metric("event_match", (TEXT,), _event_match, lmeval="event_match", sample_key="event_match",
+                       label="Event Match", percent=False))
+register_metric(Metric("one_minus_wer", (TEXT,), _one_minus_wer, lmeval="one_minus_wer", sample_key="one_minus_wer",
+                       label="1 - WER", percent=False))

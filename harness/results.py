@@ -11,6 +11,7 @@ from pathlib import Path
 from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
 
+from . import metrics as M
 from .lmeval_view import sample_lines, task_hash, view
 from .outputs import checkpoint, run_key
 
@@ -112,8 +113,9 @@ def _pct(m: dict | None) -> str:
     return f"{100 * m['value']:.2f}"
 
 
-def _val(m: dict | None, fmt: str = "{:.2f}") -> str:
-    return "-" if not m or m.get("value") is None else fmt.format(m["value"])
+def _columns(kind: str) -> list:
+    """The registered metrics of a task kind that have a table column, in registry order."""
+    return [m for m in M.METRICS.values() if kind in m.kinds and m.label]
 
 
 def _acc_fam(m: dict | None) -> str:
@@ -140,8 +142,7 @@ def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
     r = doc["results"]
     sd = r.get(DESCRIPTION_TASK, {}).get(full, {})
     name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "") + mark
-    cells = [name, _val(sd.get("bleu4")), _val(sd.get("bertscore")), _val(sd.get("event_match")),
-             _val(sd.get("one_minus_wer"))]
+    cells = [name, *(m.cell(sd.get(m.name)) for m in _columns(M.TEXT))]
     limited = bool(doc.get("config", {}).get("limit"))
     cells += [_acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "")
               for t in mcq_order()]
@@ -154,9 +155,9 @@ def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
 def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
     """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run."""
     fam = has_families(*docs)
-    head = ("| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | "
+    head = ("| Model | " + "".join(m.label + " | " for m in _columns(M.TEXT))
             + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order()) + " |")
-    sep = "|" + "---|" * (5 + len(mcq_order()))
+    sep = "|" + "---|" * (1 + len(_columns(M.TEXT)) + len(mcq_order()))
     marks = other_data(docs)
     lines = [head, sep, *(_table1_row(d, full, marks.get(id(d), "")) for d in docs)]
     if marks:
@@ -235,20 +236,20 @@ def markdown(doc: dict) -> str:
     parts += ["## Table 1 (all layers)", "", table1(doc), ""]
     if len(doc["config"]["conditions"]) > 1:
         parts += ["## Table 2 (layer ablations)", "", table2(doc), ""]
-    parts += ["## Per task", "", "| Task | Condition | n | Accuracy (95% CI) | Family acc. (95% CI) | Slot acc / fam | "
-              "Crossed acc / fam | Unparsed | Paired | Circular |", "|---|---|---|---|---|---|---|---|---|---|"]
+    # The metrics shown with their interval lead, then the family shapes, then the other metrics.
+    lead = [m for m in _columns(M.MCQ) if m.with_ci]
+    rest = [m for m in _columns(M.MCQ) if not m.with_ci]
+    heads = ["Task", "Condition", "n", *(m.label for m in lead), "Slot acc / fam", "Crossed acc / fam",
+             *(m.label for m in rest)]
+    parts += ["## Per task", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for t, conds in doc["results"].items():
         for c, m in conds.items():
             if "accuracy" not in m:
                 continue
-            a = m["accuracy"]
-            ci = f" [{100 * a['ci95'][0]:.1f}, {100 * a['ci95'][1]:.1f}]" if a.get("ci95") else ""
-            fa = m.get("family_accuracy") or {}
-            fci = f" [{100 * fa['ci95'][0]:.1f}, {100 * fa['ci95'][1]:.1f}]" if fa.get("ci95") else ""
             shapes = m.get("by_family_shape") or {}
-            parts.append(f"| {t} | {c} | {m['n']} | {_pct(a)}{ci} | {_pct(fa)}{fci} | {_acc_fam(shapes.get('slot'))} | "
-                         f"{_acc_fam(shapes.get('crossed'))} | {_pct(m['unparsed_rate'])} | "
-                         f"{_pct(m.get('paired_accuracy'))} | {_pct(m.get('circular_accuracy'))} |")
+            cells = [t, c, str(m["n"]), *(x.cell(m.get(x.name)) for x in lead), _acc_fam(shapes.get("slot")),
+                     _acc_fam(shapes.get("crossed")), *(x.cell(m.get(x.name)) for x in rest)]
+            parts.append("| " + " | ".join(cells) + " |")
     return "\n".join(parts) + "\n"
 
 

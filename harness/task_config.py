@@ -4,6 +4,7 @@ Validation happens before any model is loaded; errors name the file and the fiel
 from __future__ import annotations
 
 import string
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -13,15 +14,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from casu_dataset import contract
 from casu_dataset.errors import CasuError
 
-MCQ_METRICS = {"accuracy", "unparsed_rate", "paired_accuracy", "circular_accuracy"}
-TEXT_METRICS = {"bleu4", "bertscore", "event_match", "one_minus_wer"}
+from . import metrics as M
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
-DEFAULT_TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
 
 
 class TaskConfigError(CasuError, ValueError):
     pass
+
+
+def builtin_tasks_dir() -> Path:
+    """The built-in task YAMLs. Installed from a wheel they are the package data `harness/tasks/`
+    (setup.py maps the repository's tasks/ there); in a checkout (an editable install, or the
+    source on PYTHONPATH) harness/ has no tasks folder and they are the checkout's top-level tasks/."""
+    installed = resources.files("harness") / "tasks"
+    if installed.is_dir():
+        return Path(str(installed))
+    checkout = Path(__file__).resolve().parent.parent / "tasks"
+    if not checkout.is_dir():
+        raise TaskConfigError(f"no built-in tasks: neither {installed} (an installed wheel) nor {checkout} "
+                              "(a checkout) is a folder; reinstall casu")
+    return checkout
 
 
 class Generation(BaseModel):
@@ -60,9 +73,10 @@ class TaskConfig(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _known_metrics(cls, v):
-        unknown = sorted(set(v) - MCQ_METRICS - TEXT_METRICS)
+        known = M.listable()
+        unknown = sorted(set(v) - set(known))
         if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(MCQ_METRICS | TEXT_METRICS)}")
+            raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(known)}")
         if not v:
             raise ValueError("at least one metric")
         return v
@@ -88,8 +102,7 @@ class TaskConfig(BaseModel):
         if mcq != (self.output_type == "multiple_choice"):
             raise ValueError("answer_format 'letter' goes with output_type 'multiple_choice', "
                              "'free_text' with 'generate_until'")
-        allowed = MCQ_METRICS if mcq else TEXT_METRICS
-        wrong = sorted(set(self.metrics) - allowed)
+        wrong = sorted(set(self.metrics) - set(M.listable(self.output_type)))
         if wrong:
             raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
         if mcq and "{options}" not in self.prompt_template:
@@ -148,9 +161,9 @@ def load_task(path: str | Path) -> TaskConfig:
 
 
 def load_tasks(dirs: list[str | Path] | None = None) -> dict[str, TaskConfig]:
-    """Every *.yaml under the given folders (default tasks/), keyed by task name."""
+    """Every *.yaml under the given folders (default: the built-in tasks), keyed by task name."""
     out: dict[str, TaskConfig] = {}
-    for d in dirs or [DEFAULT_TASKS_DIR]:
+    for d in dirs or [builtin_tasks_dir()]:
         d = Path(d)
         if not d.is_dir():
             raise TaskConfigError(f"--include_path {d}: not a folder")
@@ -165,7 +178,7 @@ def load_tasks(dirs: list[str | Path] | None = None) -> dict[str, TaskConfig]:
 def with_builtins(include_path: list[str | Path] | None) -> list[Path]:
     """The built-in tasks folder, then each --include_path folder: extra folders add tasks, as
     lm-eval's --include_path does, and a name defined twice is an error naming the file."""
-    dirs = [DEFAULT_TASKS_DIR, *(Path(d) for d in include_path or [])]
+    dirs = [builtin_tasks_dir(), *(Path(d) for d in include_path or [])]
     seen: set = set()
     return [d for d in dirs if not (d.resolve() in seen or seen.add(d.resolve()))]  # tasks/ given again: once
 

@@ -85,36 +85,67 @@ def speech_wavs(tmp_path_factory) -> list[Path]:
     return out
 
 
-HARNESS_SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one has a minimal pair
+HARNESS_FAMILIES = ["ws_ev_my_cue", "ol_first_time_briefing"]  # crossed + slot: every task, 8 scenes
+V1_SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one has a minimal pair
 
 
-def build_small(out: Path, lib_dir: Path):
-    """Build the HARNESS_SCENES into `out` (review decisions next to it are applied)."""
-    import yaml
-
-    from casu_dataset.build import build_dataset
+def _builder(cache: Path):
     from casu_dataset.catalog import Catalog
     from casu_dataset.mixer import MixConfig
     from casu_dataset.realize import SceneBuilder
     from casu_dataset.retrieval import Retriever
-    from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
+    return SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
+                        VoiceRegistry().available(), MixConfig(), None)
+
+
+def build_small(out: Path, lib_dir: Path):
+    """Build the HARNESS_FAMILIES of the shipped v2 library (the default CASU-mini) into `out`:
+    a library file of those families is written to `lib_dir`, then built as `casu build` does."""
+    import yaml
+
+    from casu_dataset.build import build_dataset
+    from casu_dataset.scenarios.families import DEFAULT_V2_DIR, compile_families
+    docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    lib = lib_dir / "families.yaml"
+    lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in HARNESS_FAMILIES], sort_keys=False))
+    cache = Path(os.environ["CASU_CACHE"])
+    return build_dataset(out, compile_families(lib), _builder(cache), seed=0, cache_dir=cache, progress=False)
+
+
+def build_small_v1(out: Path, lib_dir: Path):
+    """Build the V1_SCENES of the v1 library into `out` (review decisions next to it are applied)."""
+    import yaml
+
+    from casu_dataset.build import build_dataset
+    from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
     docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]
     lib_dir.mkdir(parents=True, exist_ok=True)
-    (lib_dir / "lib.yaml").write_text(yaml.safe_dump([s for s in docs if s["id"] in HARNESS_SCENES], sort_keys=False))
+    (lib_dir / "lib.yaml").write_text(yaml.safe_dump([s for s in docs if s["id"] in V1_SCENES], sort_keys=False))
     cache = Path(os.environ["CASU_CACHE"])
-    builder = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
-                           VoiceRegistry().available(), MixConfig(), None)
-    return build_dataset(out, compile_library(lib_dir / "lib.yaml"), builder, seed=0, cache_dir=cache, progress=False)
+    return build_dataset(out, compile_library(lib_dir / "lib.yaml"), _builder(cache), seed=0, cache_dir=cache,
+                         progress=False)
 
 
 @pytest.fixture(scope="session")
 def casu_small(tmp_path_factory) -> Path:
-    """A real built CASU dataset of a few scenes (5 with the pair variants), for the harness."""
+    """A real built CASU v2 dataset of two contrast families (8 scenes), for the harness."""
     import json
     d = tmp_path_factory.mktemp("casu_small")
     rep = build_small(d / "out", d)
+    assert len(rep.built) == 4 * len(HARNESS_FAMILIES) and not rep.skipped, json.dumps(rep.skipped)
+    return d / "out"
+
+
+@pytest.fixture(scope="session")
+def casu_small_v1(tmp_path_factory) -> Path:
+    """A real built v1 dataset of a few scenes (5 with the pair variants), for tests about v1 data
+    (minimal pairs, v1 scene ids)."""
+    import json
+    d = tmp_path_factory.mktemp("casu_small_v1")
+    rep = build_small_v1(d / "out", d)
     assert len(rep.built) == 5, json.dumps(rep.skipped)
     return d / "out"
 

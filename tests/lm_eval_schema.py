@@ -2,10 +2,12 @@
 MIT license, EleutherAI), used by tests/test_hf_habits2.py to check that CASU's `results_<date>.json`
 and `samples_<task>_<date>.jsonl` are what lm-eval writes. lm-eval is not a dependency.
 
-Two documented relaxations, both to what lm-eval itself writes (its schema is stricter than its
+Three documented relaxations, all to what lm-eval itself writes (its schema is stricter than its
 output): a metric's `_stderr` may be the string "N/A" (lm_eval/evaluator_utils.py writes it when no
-stderr can be computed), and a task's `configs` entry holds any JSON (lm-eval's own configs carry
-ints, lists and dicts: num_fewshot, metric_list, generation_kwargs).
+stderr can be computed), a task's `configs` entry holds any JSON (lm-eval's own configs carry
+ints, lists and dicts: num_fewshot, metric_list, generation_kwargs), and `git_hash` may be null
+(lm_eval/utils.py's get_git_commit_hash returns None outside a git checkout, e.g. an installed
+package, and simple_evaluate writes it as is).
 """
 from typing import Any, Literal
 
@@ -54,7 +56,7 @@ EvalResults = TypedDict(
         # Model and execution configuration.
         "config": "_EvalConfig",
         # Git commit hash at evaluation time.
-        "git_hash": str,
+        "git_hash": str | None,
         # UNIX timestamp when evaluation started.
         "date": float,
         # --- Environment info (added by add_env_info()) ---

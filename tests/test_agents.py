@@ -165,8 +165,31 @@ def test_real_smollm2_local_structured_vote():
     script = parse_script({"id": "g1", **SCRIPT_OK})
     cand = Candidate(question="Which sound follows the guard's warning?", options=["A train horn", "A bell",
                      "A dog", "Applause"], answer="A", rationale="horn", layers=["event"])
-    votes = critic_votes([b, b], script, "A guard says mind the gap; a train horn sounds.", cand)
-    assert len(votes) == 2 and all(v in (None, "A", "B", "C", "D") for v in votes)
+
+    class Recording:  # the real model, its replies kept
+        def __init__(self):
+            self.replies = []
+
+        def complete(self, messages, **kw):
+            self.replies.append(b.complete(messages, **kw))
+            return self.replies[-1]
+
+    def vote_of(reply):
+        try:
+            return Vote.model_validate(extract_json(reply)).answer
+        except ValueError:
+            return None
+
+    critics = [Recording(), Recording()]
+    votes = critic_votes(critics, script, "A guard says mind the gap; a train horn sounds.", cand, retries=2)
+    assert len(votes) == 2 and votes[0] == votes[1]  # one greedy model: the same vote twice
+    for vote, c in zip(votes, critics):
+        # the model was asked, until its first valid reply or 2 attempts; that reply is the vote,
+        # and no vote only when none of its replies held one
+        parsed = [vote_of(r) for r in c.replies]
+        assert c.replies and all(r.strip() for r in c.replies), c.replies
+        assert len(c.replies) == (parsed.index(vote) + 1 if vote else 2) and parsed[:-1] == [None] * (len(parsed) - 1)
+        assert vote == parsed[-1] and vote in (None, "A", "B", "C", "D")
 
 
 @pytest.fixture(scope="module")

@@ -632,8 +632,28 @@ def _classify(o: Outcome, expect) -> tuple[str, str]:
     return ("skip" if kind == SKIP else "ok"), ""
 
 
-def test_the_corpus_is_big_enough():
-    assert len(CASES) >= 100 and len({c[0] for c in CASES}) == len(CASES)
+def test_case_ids_are_unique():
+    ids = [c[0] for c in CASES]
+    assert sorted({i for i in ids if ids.count(i) > 1}) == []
+
+
+@pytest.mark.parametrize("outcome, expect, verdict", [
+    (Outcome(None, "", "Traceback (most recent call last):\n  ...\nKeyError: 'x'"), (E, 2, "--dataset"), "TRACEBACK"),
+    (Outcome(2, "Traceback (most recent call last):\nValueError"), (E, 2, "--dataset"), "TRACEBACK"),
+    (Outcome(0, "evaluated 3 requests"), (E, 2, "--dataset"), "SILENT"),
+    (Outcome(0, "HANG: still running after 60 s"), (E, 2, "--dataset"), "SILENT"),
+    (Outcome(1, "--dataset: no such folder"), (E, 2, "--dataset"), "UNNAMED"),
+    (Outcome(2, "error: no such folder"), (E, 2, "--dataset"), "UNNAMED"),
+    (Outcome(2, "--dataset: no such folder"), (E, 2, "--dataset"), "named"),
+    (Outcome(2, "--limit: must be > 0"), (SKIP, "line 2"), "SILENT"),
+    (Outcome(0, "skipped 1 line(s)"), (SKIP, "line 2"), "UNNAMED"),
+    (Outcome(0, "skipped 1 line(s): line 2: time"), (SKIP, "line 2"), "skip"),
+    (Outcome(0, ""), (OK,), "ok"),
+])
+def test_the_classifier_fails_each_kind_of_bad_handling(outcome, expect, verdict):
+    """The corpus is only as strict as `_classify`: a traceback, an error that exits 0, a wrong
+    exit code and a message missing the named field each fail a case."""
+    assert _classify(outcome, expect)[0] == verdict
 
 
 @pytest.mark.parametrize("case_id, run, expect", CASES, ids=[c[0] for c in CASES])

@@ -121,7 +121,21 @@ def test_generation_parsing_loglikelihood_and_circular(casu_small):
     assert ev["scoring"]["entity_extraction"] == "loglikelihood"
 
 
-def test_paired_accuracy_and_breakdowns(casu_small):
+def test_family_accuracy_and_family_shapes(casu_small):
+    """A constant answer is right on exactly one variant of each family (each option is the key of
+    one variant): 25% per variant, no whole family right, on either shape."""
+    ev = _eval(Fixed("A"), casu_small, ("role_inference",))
+    m = ev["results"]["role_inference"]["PEB"]
+    fams = {s.family_id for s in CasuData(casu_small).samples("role_inference")}
+    assert len(fams) == 2 and m["accuracy"]["value"] == 0.25 and m["accuracy"]["ci95_resampled"] == "families"
+    assert (m["family_accuracy"]["value"], m["family_accuracy"]["families"]) == (0.0, 2)
+    assert sorted(m["by_family_shape"]) == ["crossed", "slot"]
+    assert all(v["accuracy"]["value"] == 0.25 for v in m["by_family_shape"].values())
+
+
+def test_paired_accuracy_and_breakdowns(casu_small_v1):
+    """Minimal pairs are v1 data."""
+    casu_small = casu_small_v1
     ev = _eval(Fixed("A"), casu_small, ("contextual_reasoning",))
     m = ev["results"]["contextual_reasoning"]["PEB"]
     recs = ev["samples"]["contextual_reasoning"]
@@ -166,7 +180,8 @@ def test_the_adapters_audio_limits_are_respected(casu_small):
             seen.extend(len(r.audio) for r in requests)
             return super().generate(requests, settings)
     ev = _eval(Short("A"), casu_small, probe=False, limit=2)
-    assert seen and max(seen) == 8000 and ev["truncated_audio"] == 2
+    # --limit keeps whole contrast families (at least one): the 4 variants of one family, each cut
+    assert ev["evaluated"]["requests"] == 4 and seen == [8000] * 4 and ev["truncated_audio"] == 4
 
 
 def test_cli_exit_status_says_when_samples_failed(casu_small, tmp_path):

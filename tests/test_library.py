@@ -109,9 +109,19 @@ def test_blind_embedding_and_length_baselines_near_chance(scenes):
 
 def test_lm_blind_baseline_runs_on_real_smollm2(scenes):
     from casu_dataset.llm.local import LocalLM
+    from casu_dataset.validity import BLIND_SYSTEM
+    lm = LocalLM()
     qs = all_questions(scenes)[:6]
-    mean, total = lm_chooser(qs, LocalLM())
-    assert mean.shape == (6,) and set(mean.tolist()) <= {0, 1, 2, 3} and set(total.tolist()) <= {0, 1, 2, 3}
+    mean, total = lm_chooser(qs, lm)
+    assert mean.shape == total.shape == (6,)
+    # each choice is the option the real model scores best from the question alone: by mean
+    # log-prob per token, and by summed log-prob
+    for q, m, t in zip(qs, mean, total):
+        lps = lm.option_logprobs([{"role": "system", "content": BLIND_SYSTEM}, {"role": "user", "content": q.question}],
+                                 q.options)
+        assert len(lps) == 4 and all(lp < 0 and n > 0 for lp, n in lps), lps
+        per_token = [lp / n for lp, n in lps]
+        assert per_token[m] == max(per_token) and lps[t][0] == max(lp for lp, _ in lps), (q.id, lps, m, t)
 
 
 def test_every_layer_is_realisable_with_the_bank(scenes, tmp_path):

@@ -69,3 +69,66 @@ def test_prompt_rotation_and_hint():
     p = build_prompt("{hint}{question}\n{options}", "Q?", ["a", "b"], "kitchen")
     assert p == "This audio is recorded in a kitchen.\nQ?\nA. a\nB. b"
     assert np.isclose(M.mean_with_ci([0, 1])["value"], 0.5)
+
+
+def _picked_a(s: M.Scored) -> dict:
+    for r in s.ok:
+        r["picked_a"] = float(r["parsed"] == "A")
+    return M.mean_with_ci([r["picked_a"] for r in s.ok], seed=s.opts.seed)
+
+
+def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small, tmp_path, request):
+    """A new metric is one `register_metric` call: the task YAML accepts it, evaluate computes it,
+    the results document, the per-task table and lm-eval's results and sample lines report it."""
+    import json
+
+    import yaml
+    from conftest import call_main
+
+    from harness.__main__ import main
+    from harness.task_config import TaskConfigError, builtin_tasks_dir, load_task
+    cfg = yaml.safe_load((builtin_tasks_dir() / "role_inference.yaml").read_text())
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    yaml_path = tasks / "role_inference_a.yaml"
+    yaml_path.write_text(yaml.safe_dump(dict(cfg, task="role_inference_a", metrics=["accuracy", "picked_a"])))
+    with pytest.raises(TaskConfigError, match=r"metrics: .*unknown metric\(s\) \['picked_a'\]"):
+        load_task(yaml_path)
+
+    M.register_metric(M.Metric("picked_a", (M.MCQ,), _picked_a, higher_is_better=False, lmeval="picked_a",
+                               sample_key="picked_a", label="Picked A"))
+    request.addfinalizer(lambda: M.unregister_metric("picked_a"))
+    assert load_task(yaml_path).metrics == ["accuracy", "picked_a"]
+    out = tmp_path / "out"
+    rc, stdout, stderr = call_main(main, ["--model", "random", "--tasks", "role_inference_a", "--include_path",
+                                          str(tasks), "--dataset", str(casu_small), "--output_path", str(out),
+                                          "--log_samples", "--quiet", "--no_probe", "--cache", "off"])
+    assert rc == 0, stderr
+    run = out / "random"
+    doc = json.loads(next(run.glob("casu_results_*.json")).read_text())
+    log = next(run.glob("casu_samples_role_inference_a_*.jsonl"))
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    share = sum(r["parsed"] == "A" for r in recs) / len(recs)
+    m = doc["results"]["role_inference_a"]["PEB"]
+    assert len(recs) == m["n"] > 0 and m["picked_a"]["value"] == share and 0 < share < 1
+    assert [r["picked_a"] for r in recs] == [float(r["parsed"] == "A") for r in recs]
+    md = next(run.glob("results_*.md")).read_text().splitlines()
+    def cells(line):
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+    head = cells(next(line for line in md if line.startswith("| Task | Condition |")))
+    row = cells(next(line for line in md if line.startswith("| role_inference_a | PEB |")))
+    assert len(row) == len(head) and row[head.index("Picked A")] == f"{100 * share:.2f}"
+    lm = json.loads(next(run.glob("results_*.json")).read_text())
+    assert lm["results"]["role_inference_a"]["picked_a,none"] == share
+    assert lm["higher_is_better"]["role_inference_a"] == {"acc": True, "family_acc": True, "picked_a": False}
+    lines = [json.loads(line) for line in next(run.glob("samples_role_inference_a_*.jsonl")).read_text().splitlines()]
+    assert [line["picked_a"] for line in lines] == [float(r["parsed"] == "A") for r in recs]
+    assert all("picked_a" in line["metrics"] for line in lines)
+
+
+def test_registering_a_metric_twice_or_for_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="'accuracy' is already registered"):
+        M.register_metric(M.Metric("accuracy", (M.MCQ,), _picked_a))
+    with pytest.raises(ValueError, match=r"kinds \['open'\]"):
+        M.register_metric(M.Metric("x", ("open",), _picked_a))
+    assert "x" not in M.METRICS

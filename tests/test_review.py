@@ -15,7 +15,7 @@ import pytest
 from casu_dataset.review.decisions import DecisionLog, decisions_path, load
 from casu_dataset.review.server import serve
 
-from conftest import build_small
+from conftest import build_small_v1
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -63,9 +63,9 @@ def test_bad_decisions_name_the_field(tmp_path):
 
 
 @pytest.fixture
-def served(casu_small, tmp_path):
+def served(casu_small_v1, tmp_path):
     ds = tmp_path / "ds"
-    shutil.copytree(casu_small, ds)
+    shutil.copytree(casu_small_v1, ds)
     srv, data = serve(ds, "127.0.0.1", 0, "tester")  # port 0: the OS picks, server_address says which
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield ds, f"http://127.0.0.1:{srv.server_address[1]}/", data
@@ -160,7 +160,7 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
     edited = rv.final[("question", qids[2])]["edit"]
     assert edited["answer"] == "C"
     # a rebuild into the same folder applies them
-    rep = build_small(ds, tmp_path / "lib")
+    rep = build_small_v1(ds, tmp_path / "lib")
     rows = {r["id"]: r for c in ("contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning")
             for r in pq.read_table(ds / c).to_pylist()}
     assert qids[0] in rows and qids[1] not in rows
