@@ -29,11 +29,11 @@ test: setup
 	@$(PY) -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
-# The whole suite under each forced instruction-set setting (casu_dataset/isa.py: torch ATen/MKL/oneDNN,
+# The whole suite under each forced instruction-set setting (casu_dataset/core/isa.py: torch ATen/MKL/oneDNN,
 # CTranslate2, numpy, OpenBLAS): one machine proves that what the tests assert holds on every x86-64 CPU.
 test-isa: setup
 	@for s in native avx2 generic; do echo "== ISA setting $$s"; \
-	  $(PY) -m casu_dataset.isa $$s -- $(PY) -m pytest -q tests || exit 1; done
+	  $(PY) -m casu_dataset.core.isa $$s -- $(PY) -m pytest -q tests || exit 1; done
 
 bench: setup
 	@bash scripts/setup_scaper.sh || echo "bench: scaper baseline unavailable; its columns will say why"

@@ -20,6 +20,7 @@ on disk, the load time is reported too), index search time, index memory, peak R
 agreement with exact search (same clip; and same score, which counts exact ties) and hit@5
 (the exact winner in the index's top 5).
 """
+
 from __future__ import annotations
 
 import gc
@@ -34,18 +35,47 @@ from pathlib import Path
 
 import numpy as np
 
-from casu_dataset.cache_layout import bench_dir
-from casu_dataset.catalog import Catalog, CatalogClip
-from casu_dataset.retrieval import Embedder, Retriever, _normalize, keyword_text
-from casu_dataset.retrieval_eval import load_queries
+from casu_dataset.core.cache_layout import bench_dir
+from casu_dataset.sounds.catalog import Catalog, CatalogClip
+from casu_dataset.sounds.retrieval import Embedder, Retriever, _normalize, keyword_text
+from casu_dataset.sounds.retrieval_eval import load_queries
 
-TEMPLATES = ["{Kw} {mod}.", "The sound of {kw} {mod}.", "{Kw} can be heard {place}.", "A recording of {kw}, {mod}.",
-             "{Kw} and {kw2} {place}.", "Close by, {kw} {place}.", "{Cap} {Mod}.", "Faint {kw} {place}, {mod}.",
-             "There is {kw} {mod} and then {kw2}.", "{Kw} {place} while people talk quietly."]
-MODS = ["in the distance", "close to the microphone", "loudly", "quietly", "with a lot of echo", "at night",
-        "over and over", "briefly", "muffled through a wall", "with wind noise", "on and off", "in the rain"]
-PLACES = ["outdoors", "inside a building", "in a large hall", "on a busy street", "in a small room", "far away",
-          "in the countryside", "near a road"]
+TEMPLATES = [
+    "{Kw} {mod}.",
+    "The sound of {kw} {mod}.",
+    "{Kw} can be heard {place}.",
+    "A recording of {kw}, {mod}.",
+    "{Kw} and {kw2} {place}.",
+    "Close by, {kw} {place}.",
+    "{Cap} {Mod}.",
+    "Faint {kw} {place}, {mod}.",
+    "There is {kw} {mod} and then {kw2}.",
+    "{Kw} {place} while people talk quietly.",
+]
+MODS = [
+    "in the distance",
+    "close to the microphone",
+    "loudly",
+    "quietly",
+    "with a lot of echo",
+    "at night",
+    "over and over",
+    "briefly",
+    "muffled through a wall",
+    "with wind noise",
+    "on and off",
+    "in the rain",
+]
+PLACES = [
+    "outdoors",
+    "inside a building",
+    "in a large hall",
+    "on a busy street",
+    "in a small room",
+    "far away",
+    "in the countryside",
+    "near a road",
+]
 KW_MODS = ["distant", "loud", "soft", "echo", "close", "repeated"]
 CAPS_PER_CLIP, KW_PER_CLIP, PAIRS, N_QUERIES = 32, 12, 1500, 1000
 
@@ -85,10 +115,14 @@ def caption_pool(cat: Catalog, seed: int = 0, exclude: set[str] = frozenset()):
         pairs.append((a, b))
         ca, cb = cat.clips[a], cat.clips[b]
         for _ in range(3):
-            caps.append(f"{_fill(TEMPLATES[rng.integers(len(TEMPLATES))], ca, rng).rstrip('.')} while "
-                        f"{cb.keywords[rng.integers(len(cb.keywords))]} {MODS[rng.integers(len(MODS))]}.")
+            caps.append(
+                f"{_fill(TEMPLATES[rng.integers(len(TEMPLATES))], ca, rng).rstrip('.')} while "
+                f"{cb.keywords[rng.integers(len(cb.keywords))]} {MODS[rng.integers(len(MODS))]}."
+            )
             cap_owner.append(n + p)
-        kws.append(keyword_text(list(rng.permutation(ca.keywords)[:2]) + list(rng.permutation(cb.keywords)[:2])))
+        kws.append(
+            keyword_text(list(rng.permutation(ca.keywords)[:2]) + list(rng.permutation(cb.keywords)[:2]))
+        )
         kw_owner.append(n + p)
     return (caps, np.array(cap_owner)), (kws, np.array(kw_owner)), pairs
 
@@ -113,19 +147,22 @@ def candidates(cat: Catalog, cap_e, cap_owner, kw_e, kw_owner, pairs, n: int, se
         order = np.argsort(owner, kind="stable")
         count = np.bincount(owner, minlength=n_con)
         return order, np.concatenate([[0], np.cumsum(count)[:-1]]), count
+
     c_ord, c_start, c_cnt = spans(cap_owner)
     k_ord, k_start, k_cnt = spans(kw_owner)
     # 85% one clip, 15% a two-clip compound
-    concept = np.where(rng.random(n) < 0.85, rng.integers(0, len(cat), n), len(cat) + rng.integers(0, len(pairs), n))
+    concept = np.where(
+        rng.random(n) < 0.85, rng.integers(0, len(cat), n), len(cat) + rng.integers(0, len(pairs), n)
+    )
     desc = np.empty((n, cap_e.shape[1]), dtype=np.float32)
     kw = np.empty((n, kw_e.shape[1]), dtype=np.float32)
     for s in range(0, n, 100_000):
-        c = concept[s:s + 100_000]
+        c = concept[s : s + 100_000]
         m = rng.integers(1, 6, len(c))  # 1-5 captions per candidate, drawn with replacement
         pick = c_ord[c_start[c] + (rng.random((5, len(c))) * c_cnt[c]).astype(np.int64)]
         w = (np.arange(5)[:, None] < m[None, :]).astype(np.float32)
-        desc[s:s + len(c)] = _normalize(np.einsum("jn,jnd->nd", w, cap_e[pick]))
-        kw[s:s + len(c)] = kw_e[k_ord[k_start[c] + (rng.random(len(c)) * k_cnt[c]).astype(np.int64)]]
+        desc[s : s + len(c)] = _normalize(np.einsum("jn,jnd->nd", w, cap_e[pick]))
+        kw[s : s + len(c)] = kw_e[k_ord[k_start[c] + (rng.random(len(c)) * k_cnt[c]).astype(np.int64)]]
     first = np.array([x if x < len(cat) else pairs[x - len(cat)][0] for x in range(n_con)])[concept]
     return desc, kw, first
 
@@ -136,6 +173,7 @@ def _peak_mb() -> float:
 
 def _rss_mb() -> float:
     import psutil
+
     return psutil.Process().memory_info().rss / 2**20
 
 
@@ -165,21 +203,28 @@ def run(sizes=(100_000, 1_000_000), params=None) -> dict:
     rng = np.random.default_rng(3)
     pick = rng.choice(np.flatnonzero(qowner < len(bank_cat)), N_QUERIES - len(shipped), replace=False)
     q_desc = [q["description"] for q in shipped] + [qcaps[i] for i in pick]
-    q_kw = [q["keywords"] for q in shipped] + [list(rng.permutation(bank_cat.clips[qowner[i]].keywords)[:3]) for i in pick]
+    q_kw = [q["keywords"] for q in shipped] + [
+        list(rng.permutation(bank_cat.clips[qowner[i]].keywords)[:3]) for i in pick
+    ]
     kinds = np.array([q["kind"] for q in shipped] + [bank_cat.clips[qowner[i]].kind for i in pick])
     t = time.perf_counter()
     cap_e = _embed_cached(emb, caps, "captions")
     kw_e = _embed_cached(emb, kws, "keywords")
     qd = _embed_cached(emb, q_desc, "queries")
     qk = _embed_cached(emb, [keyword_text(k) for k in q_kw], "query-keywords")
-    res = {"candidates_are": f"mixtures of MiniLM embeddings of {len(caps)} generated captions and {len(kws)} "
-                             f"keyword lists (templates x bank keywords x modifiers, {PAIRS} two-clip compounds)",
-           "queries_are": f"{len(shipped)} shipped + {N_QUERIES - len(shipped)} held-out generated captions, "
-                          "each constrained to its kind",
-           "pool_embedding_s": time.perf_counter() - t, "load_avg_1m_at_start": os.getloadavg()[0]}
+    res = {
+        "candidates_are": f"mixtures of MiniLM embeddings of {len(caps)} generated captions and {len(kws)} "
+        f"keyword lists (templates x bank keywords x modifiers, {PAIRS} two-clip compounds)",
+        "queries_are": f"{len(shipped)} shipped + {N_QUERIES - len(shipped)} held-out generated captions, "
+        "each constrained to its kind",
+        "pool_embedding_s": time.perf_counter() - t,
+        "load_avg_1m_at_start": os.getloadavg()[0],
+    }
     cache = Path(tempfile.mkdtemp(prefix="casu-bench-ann-"))
     try:
-        _sizes(res, sizes, bank_cat, emb, cap_e, cap_owner, kw_e, kw_owner, pairs, qd, qk, kinds, cache, params)
+        _sizes(
+            res, sizes, bank_cat, emb, cap_e, cap_owner, kw_e, kw_owner, pairs, qd, qk, kinds, cache, params
+        )
     finally:
         shutil.rmtree(cache, ignore_errors=True)  # the 1M index file is 1.5 GB
     res["goal"] = "index search < 1 s at 100k; top-1 agreement >= 0.99; 1M within 24 GB (peak_rss_mb)"
@@ -187,15 +232,31 @@ def run(sizes=(100_000, 1_000_000), params=None) -> dict:
 
 
 def _sizes(res, sizes, bank_cat, emb, cap_e, cap_owner, kw_e, kw_owner, pairs, qd, qk, kinds, cache, params):
-    from casu_dataset.ann_index import AnnParams
+    from casu_dataset.sounds.ann_index import AnnParams
+
     for n in sizes:
         gc.collect()
         base = _rss_mb()
         desc, kw, first = candidates(bank_cat, cap_e, cap_owner, kw_e, kw_owner, pairs, n)
-        clips = [CatalogClip(id=f"gen{i}", kind=bank_cat.clips[f].kind, captions=["-"], keywords=["-"], path="",
-                             duration=bank_cat.clips[f].duration) for i, f in enumerate(first)]
-        r = Retriever(Catalog(f"generated{n}", clips), emb, embeddings=(desc, kw), cache_dir=cache, index="ann",
-                      ann_params=params or AnnParams())
+        clips = [
+            CatalogClip(
+                id=f"gen{i}",
+                kind=bank_cat.clips[f].kind,
+                captions=["-"],
+                keywords=["-"],
+                path="",
+                duration=bank_cat.clips[f].duration,
+            )
+            for i, f in enumerate(first)
+        ]
+        r = Retriever(
+            Catalog(f"generated{n}", clips),
+            emb,
+            embeddings=(desc, kw),
+            cache_dir=cache,
+            index="ann",
+            ann_params=params or AnnParams(),
+        )
         del desc, kw, clips
         gc.collect()
         row = {"candidates": n, "vectors_mb": r.joint.nbytes / 2**20}
@@ -230,5 +291,6 @@ def _sizes(res, sizes, bank_cat, emb, cap_e, cap_owner, kw_e, kw_owner, pairs, q
 
 if __name__ == "__main__":
     import sys
+
     sizes = tuple(int(x) for x in sys.argv[1:]) or (100_000, 1_000_000)
     print(json.dumps(run(sizes), indent=1))

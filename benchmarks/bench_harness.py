@@ -4,6 +4,7 @@ A zero-cost adapter answers instantly, so everything measured is the harness: sa
 iteration, FLAC decoding, prompt building, cache lookups and writes, parsing and scoring.
 Baseline in the same run: a bare loop that only decodes each request's audio with soundfile
 (the least any harness must do). Datasets loading is timed separately (once per run)."""
+
 from __future__ import annotations
 
 import tempfile
@@ -26,18 +27,22 @@ class Instant(Adapter):
 def _dataset() -> Path | None:
     d = ROOT / "casu_mini"
     from casu_dataset.contract import mcq_configs
+
     return d if (d / mcq_configs()[0]).is_dir() else None
 
 
 def run() -> dict:
-    from casu_dataset.audio_io import decode_bytes
-    from casu_dataset.llm.cache import ResponseCache
+    from casu_dataset.core.audio_io import decode_bytes
+    from casu_dataset.core.llm.cache import ResponseCache
     from harness.data import CasuData
     from harness.evaluate import EvalOptions, evaluate
     from harness.task_config import load_tasks
+
     ds = _dataset()
     if ds is None:
-        return {"skipped": "needs ./casu_mini: run `make demo` (or python -m casu_dataset build --out casu_mini)"}
+        return {
+            "skipped": "needs ./casu_mini: run `make demo` (or python -m casu_dataset build --out casu_mini)"
+        }
     tasks = [t for t in load_tasks().values() if t.output_type == "multiple_choice"]
     data = CasuData(ds)
     t0 = time.perf_counter()
@@ -49,12 +54,18 @@ def run() -> dict:
     for s in samples:
         decode_bytes(s.audio)
     decode_ms = 1000 * (time.perf_counter() - t0) / len(samples)
-    out = {"dataset": str(ds), "requests": len(samples), "datasets_load_s": load_s,
-           "baseline_decode_only_ms_per_request": decode_ms}
+    out = {
+        "dataset": str(ds),
+        "requests": len(samples),
+        "datasets_load_s": load_s,
+        "baseline_decode_only_ms_per_request": decode_ms,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         cache = ResponseCache(Path(tmp) / "cache.sqlite")
         for label in ("cold", "warm"):  # warm: every response from the cache (a resumed run)
-            ev = evaluate(Instant(), tasks, CasuData(ds), EvalOptions(progress=False, probe=False, batch_size=8), cache)
+            ev = evaluate(
+                Instant(), tasks, CasuData(ds), EvalOptions(progress=False, probe=False, batch_size=8), cache
+            )
             tm = ev["timing"]
             out[f"{label}_overhead_ms_per_request"] = tm["overhead_ms_per_unit"]
             out[f"{label}_scoring_s"] = tm["scoring_s"]
@@ -66,4 +77,5 @@ def run() -> dict:
 
 if __name__ == "__main__":
     import json
+
     print(json.dumps(run(), indent=1))

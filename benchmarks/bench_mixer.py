@@ -5,6 +5,7 @@ annotation (CASU: annotation.json; scaper: JAMS). Both read the same 16 kHz WAV 
 CASU runs in this process; scaper in .venv-scaper (it needs numpy<2), timed around its
 generate calls only, so its interpreter start is not charged to it.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,22 +18,33 @@ from pathlib import Path
 
 import soundfile as sf
 
-from casu_dataset.audio_io import load_audio
-from casu_dataset.bank import bank_dir
-from casu_dataset.mixer import ClipCache, MixConfig, SceneSources, SourceRef, compose
-from casu_dataset.script import parse_script
+from casu_dataset.core.audio_io import load_audio
+from casu_dataset.mix.mixer import (
+    ClipCache,
+    MixConfig,
+    SceneSources,
+    SourceRef,
+    compose,
+)
+from casu_dataset.script.schema import parse_script
+from casu_dataset.sounds.bank import bank_dir
 from casu_dataset.speech.voices import VoiceRegistry, speak
 
 ROOT = Path(__file__).resolve().parents[1]
 SCAPER_PY = ROOT / ".venv-scaper" / "bin" / "python"
-TURNS = [("A", "Good morning, I booked a table for two at eight."),
-         ("B", "Welcome. Your table is ready by the window."),
-         ("A", "Wonderful. Could we see the wine list, please?"),
-         ("B", "Of course. Tonight we have a special on fish."),
-         ("A", "That sounds lovely. We will have the fish."),
-         ("B", "Excellent choice. I will be right back.")]
-EVENTS = ["ev__bottle_glass_clink__glass.ogg", "ev__cash_register__20_Cash_till.ogg",
-          "ev__phone_ring__phone-incoming-call.ogg"]
+TURNS = [
+    ("A", "Good morning, I booked a table for two at eight."),
+    ("B", "Welcome. Your table is ready by the window."),
+    ("A", "Wonderful. Could we see the wine list, please?"),
+    ("B", "Of course. Tonight we have a special on fish."),
+    ("A", "That sounds lovely. We will have the fish."),
+    ("B", "Excellent choice. I will be right back."),
+]
+EVENTS = [
+    "ev__bottle_glass_clink__glass.ogg",
+    "ev__cash_register__20_Cash_till.ogg",
+    "ev__phone_ring__phone-incoming-call.ogg",
+]
 BED = "ba__river_stream_waterfall__river.ogg"  # 36 s: cut, not looped, in both tools
 
 
@@ -61,23 +73,42 @@ def prepare(work: Path) -> dict:
 
 
 def load_audio_array(audio, sr):
-    from casu_dataset.audio_io import load_array
+    from casu_dataset.core.audio_io import load_array
+
     return load_array(audio, sr, "tts")
 
 
 def script(i: int):
-    return parse_script({
-        "id": f"bench{i}", "place": "restaurant", "speech_type": "conversation",
-        "background": {"description": "a river", "keywords": ["river"]},
-        "speakers": [{"id": "A", "role": "guest", "gender": "female"}, {"id": "B", "role": "waiter", "gender": "male"}],
-        "turns": [{"speaker": s, "text": t} for s, t in TURNS],
-        "events": [{"id": f"e{j}", "description": "x", "keywords": ["x"],
-                    "anchor": {"type": "during_turn", "turn": 2 * j + 1, "offset": 0.5}} for j in range(3)]})
+    return parse_script(
+        {
+            "id": f"bench{i}",
+            "place": "restaurant",
+            "speech_type": "conversation",
+            "background": {"description": "a river", "keywords": ["river"]},
+            "speakers": [
+                {"id": "A", "role": "guest", "gender": "female"},
+                {"id": "B", "role": "waiter", "gender": "male"},
+            ],
+            "turns": [{"speaker": s, "text": t} for s, t in TURNS],
+            "events": [
+                {
+                    "id": f"e{j}",
+                    "description": "x",
+                    "keywords": ["x"],
+                    "anchor": {"type": "during_turn", "turn": 2 * j + 1, "offset": 0.5},
+                }
+                for j in range(3)
+            ],
+        }
+    )
 
 
 def sources(files) -> SceneSources:
-    return SceneSources(SourceRef(str(files["bed"]), "bed"), [SourceRef(str(p), p.stem) for p in files["turns"]],
-                        [SourceRef(str(p), p.stem) for p in files["events"]])
+    return SceneSources(
+        SourceRef(str(files["bed"]), "bed"),
+        [SourceRef(str(p), p.stem) for p in files["turns"]],
+        [SourceRef(str(p), p.stem) for p in files["events"]],
+    )
 
 
 CFG = MixConfig(fixed_duration=30.0)
@@ -110,13 +141,33 @@ def scaper_spec(files, anns: list[dict], out: Path) -> dict:
         snr_sp = a["plan"]["speech_snr_db"]
         snr_ev = a["plan"]["event_snr_db"]
         for t in a["turns"]:
-            ev.append({"label": f"speech{t['index']}", "file": str(files["turns"][t["index"]]), "onset": t["onset"],
-                       "duration": t["offset"] - t["onset"], "snr": snr_sp})
+            ev.append(
+                {
+                    "label": f"speech{t['index']}",
+                    "file": str(files["turns"][t["index"]]),
+                    "onset": t["onset"],
+                    "duration": t["offset"] - t["onset"],
+                    "snr": snr_sp,
+                }
+            )
         for e in a["events"]:
-            ev.append({"label": f"event{e['index']}", "file": str(files["events"][e["index"]]), "onset": e["onset"],
-                       "duration": e["offset"] - e["onset"], "snr": snr_ev})
-        scenes.append({"seed": a["seed"], "duration": a["duration"],
-                       "background": {"label": "bed", "file": str(files["bed"])}, "events": ev})
+            ev.append(
+                {
+                    "label": f"event{e['index']}",
+                    "file": str(files["events"][e["index"]]),
+                    "onset": e["onset"],
+                    "duration": e["offset"] - e["onset"],
+                    "snr": snr_ev,
+                }
+            )
+        scenes.append(
+            {
+                "seed": a["seed"],
+                "duration": a["duration"],
+                "background": {"label": "bed", "file": str(files["bed"])},
+                "events": ev,
+            }
+        )
     return {"fg": str(files["fg"]), "bg": str(files["bg"]), "out": str(out), "scenes": scenes}
 
 
@@ -127,7 +178,7 @@ def run(n: int = 60) -> dict:
         seeds = list(range(n))
         cache = ClipCache()
         t = time.perf_counter()
-        casu_scenes(files, [1000], work / "casu_cold", cache)   # first scene: loads every source
+        casu_scenes(files, [1000], work / "casu_cold", cache)  # first scene: loads every source
         cold = time.perf_counter() - t
         t = time.perf_counter()
         anns = casu_scenes(files, seeds, work / "casu", cache)
@@ -140,13 +191,22 @@ def run(n: int = 60) -> dict:
         with mp.get_context("fork").Pool(procs) as pool:
             pool.map(_worker, [(files, c, str(work / "casu_mp")) for c in chunks])
         casu_mp_s = time.perf_counter() - t
-        res = {"scenes": n, "casu_cold_first_scene_s": cold, "casu_scenes_per_s": n / casu_s,
-               f"casu_{procs}proc_scenes_per_s": n / casu_mp_s}
+        res = {
+            "scenes": n,
+            "casu_cold_first_scene_s": cold,
+            "casu_scenes_per_s": n / casu_s,
+            f"casu_{procs}proc_scenes_per_s": n / casu_mp_s,
+        }
         if SCAPER_PY.exists():
             (work / "scaper").mkdir()
             spec = scaper_spec(files, anns, work / "scaper")
-            p = subprocess.run([str(SCAPER_PY), str(Path(__file__).with_name("scaper_worker.py"))],
-                               input=json.dumps(spec), capture_output=True, text=True, timeout=900)
+            p = subprocess.run(
+                [str(SCAPER_PY), str(Path(__file__).with_name("scaper_worker.py"))],
+                input=json.dumps(spec),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             if p.returncode != 0:
                 res["scaper_error"] = p.stderr.strip()[-500:]
             else:
@@ -154,7 +214,9 @@ def run(n: int = 60) -> dict:
                 res["scaper_scenes_per_s"] = sc["n"] / sc["seconds"]
                 res["scaper_ms_per_scene"] = 1000 * sc["seconds"] / sc["n"]
                 res["ratio_casu_vs_scaper"] = res["casu_scenes_per_s"] / res["scaper_scenes_per_s"]
-                res[f"ratio_casu_{procs}proc_vs_scaper"] = res[f"casu_{procs}proc_scenes_per_s"] / res["scaper_scenes_per_s"]
+                res[f"ratio_casu_{procs}proc_vs_scaper"] = (
+                    res[f"casu_{procs}proc_scenes_per_s"] / res["scaper_scenes_per_s"]
+                )
                 # Same layout check: scaper's mixture length equals ours.
                 x, sr = sf.read(work / "scaper" / "scene0.wav")
                 res["scaper_scene_len_s"] = len(x) / sr

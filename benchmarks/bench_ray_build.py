@@ -6,6 +6,7 @@ included; the Ray cluster's start-up is reported apart. The outputs must be byte
 
 Scenes: the first 6 contrast families (24 scenes) of the shipped CASU-mini v2 library, no Whisper.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,18 @@ from pathlib import Path
 
 
 def _bytes(folder: Path) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def run(families: int = 6) -> dict:
     import ray
 
-    from casu_dataset.build import build_dataset
-    from casu_dataset.realize import make_builder
-    from casu_dataset.scenarios.families import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.mix.realize import make_builder
+
     d = Path(tempfile.mkdtemp(prefix="casu-bench-ray-"))
     try:
         scenes = compile_families(DEFAULT_V2_DIR)
@@ -36,9 +40,19 @@ def run(families: int = 6) -> dict:
 
         def build(name, **kw):
             t = time.perf_counter()
-            rep = build_dataset(d / name, scenes, make_builder(spec), cache_dir=d / f"cache_{name}", progress=False,
-                                builder_spec=spec, name="bench", max_skips=None, **kw)
+            rep = build_dataset(
+                d / name,
+                scenes,
+                make_builder(spec),
+                cache_dir=d / f"cache_{name}",
+                progress=False,
+                builder_spec=spec,
+                name="bench",
+                max_skips=None,
+                **kw,
+            )
             return time.perf_counter() - t, rep
+
         build("warmup")  # synthesises every turn once: later runs share the speech cache
         res = {"scenes": len(scenes), "load_avg_1m_at_start": os.getloadavg()[0], "cpus": os.cpu_count()}
         rows = {}

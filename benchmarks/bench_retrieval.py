@@ -6,6 +6,7 @@ noise, renormalised, so they sit where real text embeddings sit. Query embedding
 (the shipped query set, cycled to 1,000). Embedding time is reported apart: the target is
 the search after embeddings are cached.
 """
+
 from __future__ import annotations
 
 import gc
@@ -15,9 +16,9 @@ import time
 import numpy as np
 import psutil
 
-from casu_dataset.catalog import Catalog, CatalogClip
-from casu_dataset.retrieval import Retriever
-from casu_dataset.retrieval_eval import load_queries
+from casu_dataset.sounds.catalog import Catalog, CatalogClip
+from casu_dataset.sounds.retrieval import Retriever
+from casu_dataset.sounds.retrieval_eval import load_queries
 
 
 def _rss() -> float:
@@ -26,12 +27,28 @@ def _rss() -> float:
 
 def synthetic(bank: Retriever, n: int, rng) -> Retriever:
     pick = rng.integers(0, len(bank.catalog), n)
+
     def noisy(m):
         x = m[pick] + rng.normal(0, 0.03, (n, m.shape[1])).astype(np.float32)
         return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-    clips = [CatalogClip(id=f"syn{i}", kind=bank.catalog.clips[p].kind, captions=["x"], keywords=["x"], path="",
-                         duration=bank.catalog.clips[p].duration) for i, p in enumerate(pick)]
-    return Retriever(Catalog("synthetic", clips), bank.embedder, alpha=bank.alpha, embeddings=(noisy(bank.desc), noisy(bank.kw)))
+
+    clips = [
+        CatalogClip(
+            id=f"syn{i}",
+            kind=bank.catalog.clips[p].kind,
+            captions=["x"],
+            keywords=["x"],
+            path="",
+            duration=bank.catalog.clips[p].duration,
+        )
+        for i, p in enumerate(pick)
+    ]
+    return Retriever(
+        Catalog("synthetic", clips),
+        bank.embedder,
+        alpha=bank.alpha,
+        embeddings=(noisy(bank.desc), noisy(bank.kw)),
+    )
 
 
 def python_loop(r: Retriever, qd, qk, k=5) -> list[list[int]]:
@@ -78,7 +95,9 @@ def run(n_queries: int = 1000, n_cand: int = 100_000, loop_queries: int = 3) -> 
     res["python_loop_s_per_query"] = per_q
     res["python_loop_est_s_1000q"] = per_q * n_queries
     res["ratio_vectorised_vs_loop"] = per_q * n_queries / res["synthetic_search_nomask_s"]
-    res["loop_agrees_with_vectorised_top1"] = all(l[0] == int(i[0]) for l, i in zip(loop, idx_nomask[:loop_queries]))
+    res["loop_agrees_with_vectorised_top1"] = all(
+        l[0] == int(i[0]) for l, i in zip(loop, idx_nomask[:loop_queries])
+    )
     return res
 
 

@@ -1,4 +1,5 @@
 """TTS speed per engine as a real-time factor (synthesis time / audio duration), and the cached re-run."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ def run(sentences=SENTENCES[:8]) -> dict:
             again = [synth.synthesize(s, v) for s in sentences]
             cached = time.perf_counter() - t
             assert again == paths
-            res[vid] = {"rtf": dt / audio_s, "x_realtime": audio_s / dt, "audio_s": audio_s,
-                        "synth_s": dt, "cached_rerun_s": cached}
+            res[vid] = {
+                "rtf": dt / audio_s,
+                "x_realtime": audio_s / dt,
+                "audio_s": audio_s,
+                "synth_s": dt,
+                "cached_rerun_s": cached,
+            }
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return res

@@ -1,4 +1,5 @@
 """`make bench`: every benchmark, each reporting ratios against a baseline measured in the same run."""
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,27 @@ import bench_ray_build  # noqa: E402
 import bench_retrieval  # noqa: E402
 import bench_tts  # noqa: E402
 
-BENCHES = {"mixer_vs_scaper": bench_mixer.run, "retrieval": bench_retrieval.run, "tts": bench_tts.run,
-           "casu_mini_build": bench_build.run, "harness_overhead": bench_harness.run,
-           "retrieval_index": bench_ann.run, "ray_build": bench_ray_build.run}
+BENCHES = {
+    "mixer_vs_scaper": bench_mixer.run,
+    "retrieval": bench_retrieval.run,
+    "tts": bench_tts.run,
+    "casu_mini_build": bench_build.run,
+    "harness_overhead": bench_harness.run,
+    "retrieval_index": bench_ann.run,
+    "ray_build": bench_ray_build.run,
+}
 
 
 def main() -> int:
     only = sys.argv[1:] or list(BENCHES)
-    out = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    out = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     for name in only:
         t = time.perf_counter()
         print(f"== {name}", flush=True)

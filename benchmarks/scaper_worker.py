@@ -3,6 +3,7 @@
 stdin: JSON {"fg": dir, "bg": dir, "out": dir, "scenes": [{seed, duration, background, events: [...]}]}
 stdout: JSON {"seconds": total wall time of the generate calls, "n": scenes}
 """
+
 import json
 import sys
 import time
@@ -22,10 +23,24 @@ for i, sc_spec in enumerate(spec["scenes"]):
     b = sc_spec["background"]
     sc.add_background(label=("const", b["label"]), source_file=("const", b["file"]), source_time=("const", 0))
     for e in sc_spec["events"]:
-        sc.add_event(label=("const", e["label"]), source_file=("const", e["file"]), source_time=("const", 0),
-                     event_time=("const", e["onset"]), event_duration=("const", e["duration"]),
-                     snr=("const", e["snr"]), pitch_shift=None, time_stretch=None)
-    sc.generate(f"{spec['out']}/scene{i}.wav", f"{spec['out']}/scene{i}.jams", allow_repeated_label=True,
-                allow_repeated_source=True, reverb=None, disable_sox_warnings=True, no_audio=False)
+        sc.add_event(
+            label=("const", e["label"]),
+            source_file=("const", e["file"]),
+            source_time=("const", 0),
+            event_time=("const", e["onset"]),
+            event_duration=("const", e["duration"]),
+            snr=("const", e["snr"]),
+            pitch_shift=None,
+            time_stretch=None,
+        )
+    sc.generate(
+        f"{spec['out']}/scene{i}.wav",
+        f"{spec['out']}/scene{i}.jams",
+        allow_repeated_label=True,
+        allow_repeated_source=True,
+        reverb=None,
+        disable_sox_warnings=True,
+        no_audio=False,
+    )
     t_total += time.perf_counter() - t
 print(json.dumps({"seconds": t_total, "n": len(spec["scenes"])}))

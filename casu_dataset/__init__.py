@@ -1,14 +1,25 @@
 """CASU data pipeline: scene scripts -> layers -> mix -> dataset."""
+
 __version__ = "0.2.0"
 
 # Lazy, so `import casu_dataset` stays cheap: the loader (`casu_dataset.load(path, task)`, see
-# loading.py) and the build API (`casu_dataset.build(casu_dataset.BuildConfig(out=...))`, api.py).
-_LAZY = {"load": "loading", "Row": "loading", "LoadError": "loading", "data_files": "loading",
-         "waveform": "loading", "BuildConfig": "api", "BuildResult": "api", "ConfigError": "api", "build": "api"}
+# dataset/loading.py) and the build API (`casu_dataset.build(casu_dataset.BuildConfig(out=...))`, api.py).
+_LAZY = {
+    "load": "dataset.loading",
+    "Row": "dataset.loading",
+    "LoadError": "dataset.loading",
+    "data_files": "dataset.loading",
+    "waveform": "dataset.loading",
+    "BuildConfig": "api",
+    "BuildResult": "api",
+    "ConfigError": "api",
+    "build": "api",
+}
 
 
 def __getattr__(name):
     if name in _LAZY:
         import importlib
+
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

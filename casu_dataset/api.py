@@ -5,6 +5,7 @@ build decides happens here and in build.py, so a script and the command write th
 Importing this module loads nothing heavy and changes no setting: the models, the catalog and
 the library are loaded when `build` runs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
-from .errors import CasuError
+from casu_dataset.core.errors import CasuError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ LOCK_MODES = ("follow", "relock", "ignore")
 @dataclass(frozen=True)
 class Field:
     """A config field named in an error; `value` picks one value of it (lock="relock")."""
+
     name: str
     value: str | None = None
 
@@ -54,6 +56,7 @@ def out_problem(path: str | Path) -> str | None:
     read-only or virtual filesystem (/proc), a symlink loop. Checked by making the folder and a
     probe file in it, then removing whatever the probe made, so a refused build leaves nothing."""
     import tempfile
+
     p = Path(path).expanduser()
     try:
         p.resolve(strict=False)
@@ -91,7 +94,9 @@ def _int(name: str, v, lo: int, hi: int | None = None, none_ok: bool = False) ->
     if not isinstance(v, int) or isinstance(v, bool):
         raise ConfigError(Field(name), f" {v!r}: not an integer")
     if v < lo or (hi is not None and v > hi):
-        raise ConfigError(Field(name), f" {v}: " + (f"must be >= {lo}" if hi is None else f"must be in {lo}..{hi}"))
+        raise ConfigError(
+            Field(name), f" {v}: " + (f"must be >= {lo}" if hi is None else f"must be in {lo}..{hi}")
+        )
 
 
 def _number(name: str, v, lo: float, hi: float, lo_open: bool = False, none_ok: bool = False) -> None:
@@ -100,8 +105,9 @@ def _number(name: str, v, lo: float, hi: float, lo_open: bool = False, none_ok: 
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         raise ConfigError(Field(name), f" {v!r}: not a finite number")
     if not (v > lo if lo_open else v >= lo) or not v <= hi:
-        raise ConfigError(Field(name), f" {v}: must be " + (f"> {lo:g} and <= {hi:g}" if lo_open else
-                                                              f"in {lo:g}..{hi:g}"))
+        raise ConfigError(
+            Field(name), f" {v}: must be " + (f"> {lo:g} and <= {hi:g}" if lo_open else f"in {lo:g}..{hi:g}")
+        )
 
 
 def _choice(name: str, v, choices: tuple) -> None:
@@ -128,6 +134,7 @@ class BuildConfig:
     manifest.json, clotho:CSV:AUDIO_DIR[:META], fsd50k:CSV:AUDIO_DIR, arca23k:CSV:AUDIO_DIR).
     command: the command line written into the card. progress: progress bars and notes on the
     console."""
+
     out: str | Path
     scenarios: str | Path = "default"
     seed: int = 0
@@ -151,11 +158,14 @@ class BuildConfig:
     progress: bool = True
 
     def __post_init__(self):
-        from .script import MAX_SCENE_SECONDS
+        from casu_dataset.script.schema import MAX_SCENE_SECONDS
+
         if not isinstance(self.out, (str, os.PathLike)) or not str(self.out):
             raise ConfigError(Field("out"), f" {self.out!r}: must be a folder path")
         if isinstance(self.catalogs, str):
-            raise ConfigError(Field("catalogs"), f" {self.catalogs!r}: must be a list of catalogs, not one string")
+            raise ConfigError(
+                Field("catalogs"), f" {self.catalogs!r}: must be a list of catalogs, not one string"
+            )
         object.__setattr__(self, "catalogs", tuple(self.catalogs))
         if not self.catalogs:
             raise ConfigError(Field("catalogs"), ": must name at least one catalog")
@@ -169,8 +179,12 @@ class BuildConfig:
         _int("max_skips", self.max_skips, 0, none_ok=True)
         _int("shard_index", self.shard_index, 0)
         if self.shard_index >= self.num_shards:
-            raise ConfigError(Field("shard_index"), f" {self.shard_index}: must be in 0..{self.num_shards - 1} for ",
-                              Field("num_shards"), f" {self.num_shards}")
+            raise ConfigError(
+                Field("shard_index"),
+                f" {self.shard_index}: must be in 0..{self.num_shards - 1} for ",
+                Field("num_shards"),
+                f" {self.num_shards}",
+            )
         _choice("executor", self.executor, EXECUTORS)
         _choice("lock", self.lock, LOCK_MODES)
         _text("embedding_model", self.embedding_model, none_ok=True)
@@ -179,28 +193,46 @@ class BuildConfig:
         if not isinstance(self.check_speech, bool):
             raise ConfigError(Field("check_speech"), f" {self.check_speech!r}: must be True or False")
         if not isinstance(self.scenarios, (str, os.PathLike)) or not str(self.scenarios):
-            raise ConfigError(Field("scenarios"), f" {self.scenarios!r}: must be {', '.join(LIBRARIES)} or a path")
+            raise ConfigError(
+                Field("scenarios"), f" {self.scenarios!r}: must be {', '.join(LIBRARIES)} or a path"
+            )
         if self.executor != "ray" and (self.ray_address or self.ray_num_gpus is not None):
-            raise ConfigError(Field("ray_address"), "/", Field("ray_num_gpus"), ": need ", Field("executor", "ray"))
-        if self.ray_num_gpus is not None and (isinstance(self.ray_num_gpus, bool) or not isinstance(
-                self.ray_num_gpus, (int, float)) or not self.ray_num_gpus >= 0):
+            raise ConfigError(
+                Field("ray_address"), "/", Field("ray_num_gpus"), ": need ", Field("executor", "ray")
+            )
+        if self.ray_num_gpus is not None and (
+            isinstance(self.ray_num_gpus, bool)
+            or not isinstance(self.ray_num_gpus, (int, float))
+            or not self.ray_num_gpus >= 0
+        ):
             raise ConfigError(Field("ray_num_gpus"), f" {self.ray_num_gpus}: must be >= 0")
         if self.lock == "relock" and (self.num_shards > 1 or not self.check_speech):
-            raise ConfigError(Field("lock", "relock"), ": a lock is made from a whole build with the speech checks (no ",
-                              Field("num_shards"), ", no ", Field("check_speech", "False"), ")")
+            raise ConfigError(
+                Field("lock", "relock"),
+                ": a lock is made from a whole build with the speech checks (no ",
+                Field("num_shards"),
+                ", no ",
+                Field("check_speech", "False"),
+                ")",
+            )
 
     def library(self) -> Path:
         """The scenario library's path (the shipped ones for "default", "v2" and "v1")."""
-        from .scenarios.families import DEFAULT_V2_DIR
-        from .scenarios.library import DEFAULT_DIR
-        named = {"default": DEFAULT_V2_DIR, "v2": DEFAULT_V2_DIR, "v1": DEFAULT_DIR}
+        from casu_dataset.scenarios import V1_DIR, V2_DIR
+
+        named = {"default": V2_DIR, "v2": V2_DIR, "v1": V1_DIR}
         return Path(named.get(str(self.scenarios), self.scenarios))
 
     def builder_spec(self) -> dict:
         """The scene builder's settings (plain values: worker processes make their own builder)."""
-        return {"cache": None if self.cache is None else str(self.cache), "embedding_model": self.embedding_model,
-                "alpha": self.alpha, "check_speech": self.check_speech, "duration": self.duration,
-                "catalogs": list(self.catalogs)}
+        return {
+            "cache": None if self.cache is None else str(self.cache),
+            "embedding_model": self.embedding_model,
+            "alpha": self.alpha,
+            "check_speech": self.check_speech,
+            "duration": self.duration,
+            "catalogs": list(self.catalogs),
+        }
 
 
 @dataclass(frozen=True)
@@ -210,6 +242,7 @@ class BuildResult:
     lock followed or written ({file, sha256, library_sha256, mode}) and lock_file its path;
     seconds: setup (library, models, lock), build (scenes and writing) and the build's own
     breakdown (prebuild, scenes, write); stage_seconds: the scene stages summed over workers."""
+
     out: Path
     built: tuple[str, ...]
     skipped: tuple[dict, ...]
@@ -230,19 +263,22 @@ def build(config: BuildConfig) -> BuildResult:
     bad library, LockError for a lock made for another library or other settings, and BuildError
     (exit code 1) when the build itself fails (fills that cannot be retrieved, too many skipped
     scenes, a scene that contradicts the lock); nothing is written then."""
-    from .build import BuildError, build_dataset, build_settings
-    from .catalog import CatalogError
-    from .lock import LockError, load_for, lock_path
-    from .preflight import fill_problems, rejected_summary
-    from .realize import make_builder
-    from .scenarios.families import compile_families, is_family_library
-    from .scenarios.library import compile_library, library_name
+    from casu_dataset.dataset.build import BuildError, build_dataset, build_settings
+    from casu_dataset.dataset.lock import LockError, load_for, lock_path
+    from casu_dataset.families.compile import compile_families, is_family_library
+    from casu_dataset.legacy.library import compile_library
+    from casu_dataset.mix.realize import make_builder
+    from casu_dataset.script.scenes import library_name
+    from casu_dataset.sounds.catalog import CatalogError
+    from casu_dataset.sounds.preflight import fill_problems, rejected_summary
+
     t0 = time.perf_counter()
     why = out_problem(config.out)
     if why:
         raise ConfigError(Field("out"), f" {config.out}: {why}")
     if config.executor == "ray":
-        from .ray_executor import require_ray
+        from casu_dataset.dataset.ray_executor import require_ray
+
         try:
             require_ray()
         except ImportError as err:
@@ -263,45 +299,81 @@ def build(config: BuildConfig) -> BuildResult:
     rej = rejected_summary(catalog)
     kinds = {c.kind for c in catalog.clips}
     if not {"background", "event"} <= kinds:  # nothing to retrieve a bed or an event from
-        raise ConfigError(Field("catalogs"), f" {', '.join(config.catalogs)}: no usable "
-                          f"{' or '.join(sorted({'background', 'event'} - kinds))} clips "
-                          f"({len(catalog)} loaded, {rej['rejected']} rejected: "
-                          + "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:3]) + ")")
+        raise ConfigError(
+            Field("catalogs"),
+            f" {', '.join(config.catalogs)}: no usable "
+            f"{' or '.join(sorted({'background', 'event'} - kinds))} clips "
+            f"({len(catalog)} loaded, {rej['rejected']} rejected: "
+            + "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:3])
+            + ")",
+        )
     if rej["rejected"] and config.progress:
-        log.warning("catalog %s: %d clip(s) or row(s) rejected, never used (listed in the card and "
-                    "build_report.json): %s", catalog.name, rej["rejected"],
-                    "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]))
+        log.warning(
+            "catalog %s: %d clip(s) or row(s) rejected, never used (listed in the card and "
+            "build_report.json): %s",
+            catalog.name,
+            rej["rejected"],
+            "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]),
+        )
     lock = None
     if config.lock == "follow":
-        lock = load_for(lib, build_settings(builder, config.seed, config.command),
-                        builder.mix_config.model_dump(mode="json"), [s.script.id for s in scenes])
+        lock = load_for(
+            lib,
+            build_settings(builder, config.seed, config.command),
+            builder.mix_config.model_dump(mode="json"),
+            [s.script.id for s in scenes],
+        )
     if lock is not None:
         builder.lock, spec["lock"] = lock, str(lock.path)
         if config.progress:
-            log.info("following the realization lock %s (%s): no retrieval or Whisper decision is made",
-                     lock.path, lock.short)
+            log.info(
+                "following the realization lock %s (%s): no retrieval or Whisper decision is made",
+                lock.path,
+                lock.short,
+            )
     # A followed lock names every clip (checked by hash when used): no retrieval to preflight.
     problems = fill_problems(scenes, builder.retriever, check_retrieval=families and lock is None)
     if problems:  # retrieval never falls back silently to a clip of another type
-        raise BuildError(f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
-                         + "\n  ".join(problems[:20]))
+        raise BuildError(
+            f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
+            + "\n  ".join(problems[:20])
+        )
     t1 = time.perf_counter()
     try:
-        rep = build_dataset(config.out, scenes, builder, seed=config.seed, cache_dir=config.cache,
-                            progress=config.progress, command=config.command, num_shards=config.num_shards,
-                            shard_index=config.shard_index, num_proc=config.num_proc, invalid=invalid,
-                            builder_spec=spec, review_file=config.review_file,
-                            name=config.name or library_name(lib), max_skips=config.max_skips,
-                            executor=config.executor,
-                            ray_options={"address": config.ray_address, "num_gpus": config.ray_num_gpus},
-                            relock=lib if config.lock == "relock" else None)
+        rep = build_dataset(
+            config.out,
+            scenes,
+            builder,
+            seed=config.seed,
+            cache_dir=config.cache,
+            progress=config.progress,
+            command=config.command,
+            num_shards=config.num_shards,
+            shard_index=config.shard_index,
+            num_proc=config.num_proc,
+            invalid=invalid,
+            builder_spec=spec,
+            review_file=config.review_file,
+            name=config.name or library_name(lib),
+            max_skips=config.max_skips,
+            executor=config.executor,
+            ray_options={"address": config.ray_address, "num_gpus": config.ray_num_gpus},
+            relock=lib if config.lock == "relock" else None,
+        )
     except (BuildError, LockError) as err:  # a lock the build contradicts fails the build, as a skip does
         failed = BuildError(f"build failed: {err}")
         failed.report = getattr(err, "report", None)
         raise failed from err
     t2 = time.perf_counter()
-    return BuildResult(out=Path(config.out), built=tuple(rep.built), skipped=tuple(rep.skipped), cached=rep.cached,
-                       identity=rep.identity, realization=rep.realization_summary(), lock=rep.lock,
-                       lock_file=lock_path(lib) if rep.lock else None,
-                       seconds={"setup": t1 - t0, "build": t2 - t1, **rep.seconds},
-                       stage_seconds=dict(builder.timings or {}))
+    return BuildResult(
+        out=Path(config.out),
+        built=tuple(rep.built),
+        skipped=tuple(rep.skipped),
+        cached=rep.cached,
+        identity=rep.identity,
+        realization=rep.realization_summary(),
+        lock=rep.lock,
+        lock_file=lock_path(lib) if rep.lock else None,
+        seconds={"setup": t1 - t0, "build": t2 - t1, **rep.seconds},
+        stage_seconds=dict(builder.timings or {}),
+    )

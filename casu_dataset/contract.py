@@ -8,15 +8,17 @@ CASU dataset holds and the small infrastructure both sides share.
 - what the dataset card and the harness's results both name: the evaluation framework and the
   one leaderboard metric per task kind;
 - shared infrastructure: the cache root, one seeded-RNG derivation, atomic writes
-  (`casu_dataset.atomic`) and the Hub client (`casu_dataset.hub`);
+  (`casu_dataset.core.atomic`) and the Hub client (`casu_dataset.core.hub`);
 - the builder's models the harness scores with (the sentence embedder, the Whisper checker and
   its transcript normaliser), each behind a function that imports it only when called.
 
 Everything here is cheap to import (numpy only). `harness/` and `model_adapters/` import from
-`casu_dataset` only this module, `casu_dataset.reader` (the one reader of a built dataset),
-`casu_dataset.errors` and the shared infrastructure (`audio_io`, `loudness`, `atomic`, `redact`,
-`hub`, `llm`, `isa`); tests/test_contract.py holds them to it.
+`casu_dataset` only this module, `casu_dataset.dataset.reader` (the one reader of a built dataset)
+and `casu_dataset.core` (the shared infrastructure: errors, cache layout, content keys, atomic
+writes, audio I/O, loudness, redaction, the Hub client, LLM backends); tests/test_contract.py
+holds them to it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from . import atomic  # noqa: F401  (re-exported: contract.atomic.write_text, ...)
-from .errors import CasuError
+from casu_dataset.core.errors import CasuError
 
 # ---------------------------------------------------------------- tasks
 
@@ -38,6 +39,7 @@ TaskKind = Literal["multiple_choice", "open"]
 class TaskSpec:
     """One task of the benchmark. `dataset_config`: the config (folder) of the dataset holding its
     rows; `guide`: what the question agent is told the task asks (multiple-choice tasks)."""
+
     name: str
     short: str
     kind: TaskKind
@@ -117,20 +119,43 @@ def dataset_configs() -> tuple[str, ...]:
 
 
 for _spec in (
-    TaskSpec("contextual_reasoning", "Contextual", "multiple_choice", "contextual_reasoning",
-             "why something is said or done, answerable only by combining the speech with an event or the background"),
-    TaskSpec("entity_extraction", "Entity", "multiple_choice", "entity_extraction",
-             "which entity (animal, object, vehicle, person) in the scene explains an observation; the entity is "
-             "heard, not named"),
-    TaskSpec("role_inference", "Role", "multiple_choice", "role_inference",
-             "the most plausible role of a speaker or the relationship between the two speakers"),
-    TaskSpec("counterfactual_reasoning", "Counterfactual", "multiple_choice", "counterfactual_reasoning",
-             "how an interpretation would change if one sound in the scene were different or absent"),
+    TaskSpec(
+        "contextual_reasoning",
+        "Contextual",
+        "multiple_choice",
+        "contextual_reasoning",
+        "why something is said or done, answerable only by combining the speech with an event or the background",
+    ),
+    TaskSpec(
+        "entity_extraction",
+        "Entity",
+        "multiple_choice",
+        "entity_extraction",
+        "which entity (animal, object, vehicle, person) in the scene explains an observation; the entity is "
+        "heard, not named",
+    ),
+    TaskSpec(
+        "role_inference",
+        "Role",
+        "multiple_choice",
+        "role_inference",
+        "the most plausible role of a speaker or the relationship between the two speakers",
+    ),
+    TaskSpec(
+        "counterfactual_reasoning",
+        "Counterfactual",
+        "multiple_choice",
+        "counterfactual_reasoning",
+        "how an interpretation would change if one sound in the scene were different or absent",
+    ),
     TaskSpec("scene_description", "Description", "open", "scene_description"),
 ):
     register_task(_spec)
 DESCRIPTION_TASK = "scene_description"  # the open task the builder writes references for
-AGENT_DEFAULT_TASKS = ("contextual_reasoning", "role_inference")  # `generate --families` asks these by default
+AGENT_DEFAULT_TASKS = (
+    "contextual_reasoning",
+    "role_inference",
+)  # `generate --families` asks these by default
 
 # ---------------------------------------------------------------- the card and the results
 
@@ -139,8 +164,10 @@ AGENT_DEFAULT_TASKS = ("contextual_reasoning", "role_inference")  # `generate --
 EVAL_FRAMEWORK = "casu-harness"
 # The one value per task a model repo reports (.eval_results, harness/push.py), on one 0-100 scale:
 # (the entry's metric name, how eval.yaml's description names it).
-LEADERBOARD_METRIC = {"multiple_choice": ("accuracy", "accuracy x100"),
-                      "open": ("bertscore_f1", "BERTScore F1 x100")}
+LEADERBOARD_METRIC = {
+    "multiple_choice": ("accuracy", "accuracy x100"),
+    "open": ("bertscore_f1", "BERTScore F1 x100"),
+}
 
 # ---------------------------------------------------------------- options, families, layers
 
@@ -149,8 +176,16 @@ NUM_OPTIONS = 4  # CASU questions have four
 DATASET_LETTERS = LETTERS[:NUM_OPTIONS]
 
 # Contrast-family columns of the v2 dataset (empty outside a family), see scenarios/FAMILIES.md.
-FAMILY_FIELDS = ("family_id", "variant", "family_shape", "slot_kind", "speech_version", "fill",
-                 "speech_group", "fill_group")
+FAMILY_FIELDS = (
+    "family_id",
+    "variant",
+    "family_shape",
+    "slot_kind",
+    "speech_version",
+    "fill",
+    "speech_group",
+    "fill_group",
+)
 
 LAYERS = ("speech", "events", "background")
 LAYER_CODES = {"speech": "P", "events": "E", "background": "B"}
@@ -176,12 +211,13 @@ class AnnotationError(CasuError, ValueError):
 @dataclass(frozen=True)
 class SceneAnnotation:
     """The parts of a scene's annotation the harness reads; `raw` keeps the whole document."""
+
     scene_id: str
     sample_rate: int
     num_samples: int
-    turns: tuple[tuple[float, float], ...]       # (onset, offset) s, as placed in the mix
+    turns: tuple[tuple[float, float], ...]  # (onset, offset) s, as placed in the mix
     events: tuple[tuple[float, float], ...]
-    event_windows: tuple[float | None, ...]       # each event's reserved slot length (contrast slots)
+    event_windows: tuple[float | None, ...]  # each event's reserved slot length (contrast slots)
     turn_reserve: tuple[float, ...] | None
     rng_key: str | None
     raw: dict
@@ -199,20 +235,29 @@ class SceneAnnotation:
         if a.get("format") != ANNOTATION_FORMAT:
             raise AnnotationError(f"{where}: format {a.get('format')!r} is not {ANNOTATION_FORMAT!r}")
         if a.get("version") not in SUPPORTED_ANNOTATION_VERSIONS:
-            raise AnnotationError(f"{where}: version {a.get('version')!r} is not supported "
-                                  f"(this code reads {SUPPORTED_ANNOTATION_VERSIONS})")
+            raise AnnotationError(
+                f"{where}: version {a.get('version')!r} is not supported "
+                f"(this code reads {SUPPORTED_ANNOTATION_VERSIONS})"
+            )
         try:
             plan = a["plan"]
             windows = tuple(e.get("window") for e in a["script"]["events"])
             reserve = plan.get("turn_reserve")
-            return cls(scene_id=a["scene_id"], sample_rate=int(a["sample_rate"]), num_samples=int(a["num_samples"]),
-                       turns=tuple((float(t["onset"]), float(t["offset"])) for t in plan["turns"]),
-                       events=tuple((float(e["onset"]), float(e["offset"])) for e in plan["events"]),
-                       event_windows=windows, turn_reserve=tuple(reserve) if reserve else None,
-                       rng_key=plan.get("rng_key"), raw=a)
+            return cls(
+                scene_id=a["scene_id"],
+                sample_rate=int(a["sample_rate"]),
+                num_samples=int(a["num_samples"]),
+                turns=tuple((float(t["onset"]), float(t["offset"])) for t in plan["turns"]),
+                events=tuple((float(e["onset"]), float(e["offset"])) for e in plan["events"]),
+                event_windows=windows,
+                turn_reserve=tuple(reserve) if reserve else None,
+                rng_key=plan.get("rng_key"),
+                raw=a,
+            )
         except (KeyError, TypeError, ValueError) as err:
-            raise AnnotationError(f"{where} ({a.get('scene_id', '?')}): missing or bad field "
-                                  f"{type(err).__name__}: {err}") from None
+            raise AnnotationError(
+                f"{where} ({a.get('scene_id', '?')}): missing or bad field {type(err).__name__}: {err}"
+            ) from None
 
     @property
     def family_key(self) -> str | None:
@@ -236,7 +281,9 @@ class SceneAnnotation:
             ends = [on + w if w else end for (on, _), w, end in zip(items, self.event_windows, ends)]
         if reserved and layer == "speech" and self.turn_reserve:
             ends = [max(end, on + r) for (on, _), r, end in zip(items, self.turn_reserve, ends)]
-        spans = sorted((max(0, int(round(on * sr))), min(n, int(round(end * sr)))) for (on, _), end in zip(items, ends))
+        spans = sorted(
+            (max(0, int(round(on * sr))), min(n, int(round(end * sr)))) for (on, _), end in zip(items, ends)
+        )
         merged: list[list[int]] = []
         for a, b in spans:
             if b <= a:
@@ -256,8 +303,9 @@ def key_int(key: str, nbytes: int = 8, byteorder: Literal["little", "big"] = "li
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:nbytes], byteorder)
 
 
-def derive_rng(seed: int | None, key: str, *salt: int, nbytes: int = 8,
-               byteorder: Literal["little", "big"] = "little") -> np.random.Generator:
+def derive_rng(
+    seed: int | None, key: str, *salt: int, nbytes: int = 8, byteorder: Literal["little", "big"] = "little"
+) -> np.random.Generator:
     """One independent, reproducible stream per (seed, key[, salt]): a draw never depends on what
     else is built or in what order. `nbytes`/`byteorder` keep the streams of dataset 2.x
     bit-compatible (the mixer uses 8 little-endian bytes, voices and retrieval 4 big-endian)."""
@@ -265,30 +313,33 @@ def derive_rng(seed: int | None, key: str, *salt: int, nbytes: int = 8,
     return np.random.default_rng(parts)
 
 
-
 # ---------------------------------------------------------------- the builder's models, imported on use
 
 
 def sentence_embedder(model: str | None = None, device: str = "cpu"):
-    """The retrieval's sentence embedder (casu_dataset.retrieval.Embedder; sentence-transformers)."""
-    from .retrieval import Embedder
+    """The retrieval's sentence embedder (casu_dataset.sounds.retrieval.Embedder; sentence-transformers)."""
+    from casu_dataset.sounds.retrieval import Embedder
+
     return Embedder(model, device=device)
 
 
 def whisper_checker(model_path: str | None = None, device: str = "cpu"):
     """The speech layer's Whisper transcriber (casu_dataset.speech.intelligibility.WhisperChecker;
     faster-whisper). RuntimeError when the model cannot be loaded."""
-    from .speech.intelligibility import WhisperChecker
+    from casu_dataset.speech.intelligibility import WhisperChecker
+
     return WhisperChecker(model_path, device=device)
 
 
 def normalize_transcript(text: str) -> str:
     """Whisper's English normaliser, as the speech layer's intelligibility check applies it."""
-    from .speech.intelligibility import normalize
+    from casu_dataset.speech.intelligibility import normalize
+
     return normalize(text)
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """WER of `hypothesis` against `reference`, both normalised (jiwer); ValueError on an empty reference."""
-    from .speech.intelligibility import wer
+    from casu_dataset.speech.intelligibility import wer
+
     return wer(reference, hypothesis)

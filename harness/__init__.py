@@ -3,7 +3,8 @@
 
 def __getattr__(name):  # lazy: `import harness` stays cheap for `python -m harness list`
     if name in ("simple_evaluate", "Results", "UsageError"):
-        from . import api
+        from harness import api
+
         return getattr(api, name)
     raise AttributeError(f"module 'harness' has no attribute {name!r}")
 

@@ -7,6 +7,7 @@ Errors: `UsageError` (a bad argument, path, task YAML or dataset; the CLI's exit
 TaskConfigError / DatasetError / ModelArgsError are ValueErrors too) and
 `model_adapters.AdapterError` (the model cannot be loaded or run; exit 3).
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,14 @@ import os
 import time
 from pathlib import Path
 
-from casu_dataset.errors import CasuError
-from model_adapters.base import Adapter, AdapterError, ModelArgsError, check_model_args, parse_model_args
+from casu_dataset.core.errors import CasuError
+from model_adapters.base import (
+    Adapter,
+    AdapterError,
+    ModelArgsError,
+    check_model_args,
+    parse_model_args,
+)
 
 log = logging.getLogger("harness")
 
@@ -37,9 +44,17 @@ class Results(dict):
     - `path`: CASU's JSON as written (None without output_path); `pushed`: what the push at the
       end of the run sent (None when none was asked for); `table()`: table 1."""
 
-    def __init__(self, document: dict, samples: dict[str, list[dict]] | None = None, path: Path | None = None,
-                 main_process: bool = True, pushed: dict | None = None, log_samples: bool = False):
-        from .lmeval_view import sample_lines, view
+    def __init__(
+        self,
+        document: dict,
+        samples: dict[str, list[dict]] | None = None,
+        path: Path | None = None,
+        main_process: bool = True,
+        pushed: dict | None = None,
+        log_samples: bool = False,
+    ):
+        from harness.lmeval_view import sample_lines, view
+
         super().__init__(view(document))
         self.document = document
         self.samples = samples or {}
@@ -56,8 +71,10 @@ class Results(dict):
         return self.document[key]  # CASU's keys lm-eval does not have (model, timing, errors, ...)
 
     def __repr__(self) -> str:
-        return (f"Results(model={self.get('model_name')!r}, tasks={list(self.get('results', {}))}, "
-                f"status={self.document.get('status')!r}, path={str(self.path) if self.path else None!r})")
+        return (
+            f"Results(model={self.get('model_name')!r}, tasks={list(self.get('results', {}))}, "
+            f"status={self.document.get('status')!r}, path={str(self.path) if self.path else None!r})"
+        )
 
     @property
     def results(self) -> dict:
@@ -73,7 +90,8 @@ class Results(dict):
         return {k: v for k, v in self.items() if k != "samples"}
 
     def table(self) -> str:
-        from .results import table1
+        from harness.results import table1
+
         return table1(self.document)
 
 
@@ -95,7 +113,8 @@ def set_verbosity(level: str | None) -> None:
 def make_judge(name: str | None):
     if not name:
         return None
-    from casu_dataset.llm.backends import LocalBackend, OpenAIBackend
+    from casu_dataset.core.llm.backends import LocalBackend, OpenAIBackend
+
     if name == "local":
         return LocalBackend()
     if name == "openai":
@@ -108,27 +127,36 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
     out = output_path
     if out is not None:
         if out.lower().endswith((".json", ".jsonl")) and not os.path.isdir(out):
-            raise UsageError(f"--output_path {out}: give a folder, not a file name (a run writes several files "
-                             f"under <folder>/<model>/: lm-eval's results_<date>.json, CASU's casu_results_<date>.json, "
-                             f"sample logs, report, plots); e.g. --output_path {os.path.splitext(out)[0] or 'results'}")
+            raise UsageError(
+                f"--output_path {out}: give a folder, not a file name (a run writes several files "
+                f"under <folder>/<model>/: lm-eval's results_<date>.json, CASU's casu_results_<date>.json, "
+                f"sample logs, report, plots); e.g. --output_path {os.path.splitext(out)[0] or 'results'}"
+            )
         if os.path.exists(out) and not os.path.isdir(out):
             raise UsageError(f"--output_path {out}: is a file, not a folder")
         try:
             os.makedirs(out, exist_ok=True)
         except OSError as err:
-            raise UsageError(f"--output_path {out}: cannot create the folder ({err.strerror or err})") from None
+            raise UsageError(
+                f"--output_path {out}: cannot create the folder ({err.strerror or err})"
+            ) from None
     if cache and cache != "off":
         if os.path.isdir(cache):
-            raise UsageError(f"--cache {cache}: is a folder; give a file path (e.g. {os.path.join(cache, 'cache.sqlite')})")
+            raise UsageError(
+                f"--cache {cache}: is a folder; give a file path (e.g. {os.path.join(cache, 'cache.sqlite')})"
+            )
         if os.path.isfile(cache) and os.path.getsize(cache) > 0:
             with open(cache, "rb") as f:
                 if f.read(16) != b"SQLite format 3\x00":
-                    raise UsageError(f"--cache {cache}: not a SQLite database (the harness's response cache); "
-                                     "give a new file name or 'off'")
+                    raise UsageError(
+                        f"--cache {cache}: not a SQLite database (the harness's response cache); "
+                        "give a new file name or 'off'"
+                    )
 
 
 def _tasks(tasks, include_path):
-    from .task_config import TaskConfig, load_tasks, select_tasks, with_builtins
+    from harness.task_config import TaskConfig, load_tasks, select_tasks, with_builtins
+
     if isinstance(tasks, (list, tuple)) and tasks and all(isinstance(t, TaskConfig) for t in tasks):
         return list(tasks)
     spec = ",".join(tasks) if isinstance(tasks, (list, tuple)) else str(tasks)
@@ -136,48 +164,84 @@ def _tasks(tasks, include_path):
 
 
 def _conditions(conditions):
-    from .conditions import Condition, parse_conditions
+    from harness.conditions import Condition, parse_conditions
+
     if isinstance(conditions, (list, tuple)) and all(isinstance(c, Condition) for c in conditions):
         return list(conditions)
     return parse_conditions(",".join(conditions) if isinstance(conditions, (list, tuple)) else conditions)
 
 
 def _open_data(dataset: str, tasks, seed: int):
-    from casu_dataset.reader import is_local
+    from casu_dataset.dataset.reader import is_local
+    from harness.data import CasuData, DatasetError
 
-    from .data import CasuData, DatasetError
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
-        raise UsageError(f"--dataset {dataset}: no such folder (build one with `python -m casu_dataset build "
-                         f"--out {dataset}`, or give a Hub repo id ORG/NAME)")
+        raise UsageError(
+            f"--dataset {dataset}: no such folder (build one with `python -m casu_dataset build "
+            f"--out {dataset}`, or give a Hub repo id ORG/NAME)"
+        )
     data = CasuData(dataset, seed=seed)
     try:  # the data each task reads is checked before any model loads
         data.check_all(tasks)
     except DatasetError:
         raise
     except Exception as err:  # noqa: BLE001 - a Hub id that cannot be fetched: one line naming the flag
-        from casu_dataset.hub import is_network_error
+        from casu_dataset.core.hub import is_network_error
+
         if not isinstance(err, (ConnectionError, OSError)) and not is_network_error(err):
             raise
         if is_local(dataset):
             raise DatasetError(str(err)) from None
-        offline = " (HF_HUB_OFFLINE=1: offline, only cached datasets load)" \
-            if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
+        offline = (
+            " (HF_HUB_OFFLINE=1: offline, only cached datasets load)"
+            if os.environ.get("HF_HUB_OFFLINE") == "1"
+            else ""
+        )
         raise DatasetError(f"--dataset {dataset}: cannot load it from the Hub{offline}: {err}") from None
     return data
 
 
-def run_config(tasks, conditions, *, scene_hint, scoring, circular, batch_size, limit, seed, judge_fp,
-               gen_kwargs=None, hf_hub_log_args=None, system_instruction=None, chat_template=None) -> dict:
+def run_config(
+    tasks,
+    conditions,
+    *,
+    scene_hint,
+    scoring,
+    circular,
+    batch_size,
+    limit,
+    seed,
+    judge_fp,
+    gen_kwargs=None,
+    hf_hub_log_args=None,
+    system_instruction=None,
+    chat_template=None,
+) -> dict:
     """The `config` block of the results document; `task_configs` is each task's full resolved YAML;
     `chat_template` is the adapter's effective --apply_chat_template setting (Adapter.chat_template_setting)."""
-    return {"tasks": [t.task for t in tasks], "task_versions": {t.task: t.version for t in tasks},
-            "task_configs": {t.task: t.resolved() for t in tasks},
-            "conditions": [c.name for c in conditions], "scene_hint": scene_hint, "scoring": scoring,
-            "circular": circular, "batch_size": batch_size, "limit": limit, "seed": seed, "judge": judge_fp,
-            "world_size": int(os.environ.get("WORLD_SIZE", "1")), "gen_kwargs": gen_kwargs or {},
-            "hf_hub_log_args": hf_hub_log_args or {}, "system_instruction": system_instruction,
-            **(chat_template or {"apply_chat_template": None, "chat_template_name": None, "chat_template_how": None}),
-            "num_fewshot": 0, "fewshot_as_multiturn": False}
+    return {
+        "tasks": [t.task for t in tasks],
+        "task_versions": {t.task: t.version for t in tasks},
+        "task_configs": {t.task: t.resolved() for t in tasks},
+        "conditions": [c.name for c in conditions],
+        "scene_hint": scene_hint,
+        "scoring": scoring,
+        "circular": circular,
+        "batch_size": batch_size,
+        "limit": limit,
+        "seed": seed,
+        "judge": judge_fp,
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "gen_kwargs": gen_kwargs or {},
+        "hf_hub_log_args": hf_hub_log_args or {},
+        "system_instruction": system_instruction,
+        **(
+            chat_template
+            or {"apply_chat_template": None, "chat_template_name": None, "chat_template_how": None}
+        ),
+        "num_fewshot": 0,
+        "fewshot_as_multiturn": False,
+    }
 
 
 def _seed(seed, random_seed, numpy_random_seed, torch_random_seed) -> int:
@@ -185,29 +249,59 @@ def _seed(seed, random_seed, numpy_random_seed, torch_random_seed) -> int:
     `random_seed`; lm-eval's numpy/torch seeds must agree with it (CASU does not seed them apart)."""
     if random_seed is not None:
         if seed not in (0, None) and seed != random_seed:
-            raise UsageError(f"random_seed={random_seed!r} and seed={seed!r}: give one (they are the same seed)")
+            raise UsageError(
+                f"random_seed={random_seed!r} and seed={seed!r}: give one (they are the same seed)"
+            )
         seed = random_seed
     for name, v in (("numpy_random_seed", numpy_random_seed), ("torch_random_seed", torch_random_seed)):
         if v is not None and v != seed:
-            raise UsageError(f"{name}={v!r}: CASU seeds numpy and torch with its one seed ({seed!r}); give the same "
-                             "value or leave it out")
+            raise UsageError(
+                f"{name}={v!r}: CASU seeds numpy and torch with its one seed ({seed!r}); give the same "
+                "value or leave it out"
+            )
     return seed
 
 
-def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", dataset: str = "casu_mini",
-                    conditions="full", limit: int | None = None, output_path: str | Path | None = None,
-                    log_samples: bool = False, include_path: list | None = None, batch_size: int = 1,
-                    seed: int = 0, scene_hint: bool = False, scoring: str = "auto", circular: bool = False,
-                    judge: str | None = None, bert_model: str | None = None, cache: str | None = None,
-                    probe: bool = True, device: str | None = None, progress: bool = False,
-                    on_cleaned=None, gen_kwargs: str | dict | None = None,
-                    hf_hub_log_args: str | dict | None = None, system_instruction: str | None = None,
-                    apply_chat_template: bool | str | None = None, num_fewshot: int | None = None,
-                    fewshot_as_multiturn: bool = False, *, random_seed: int | None = None,
-                    numpy_random_seed: int | None = None, torch_random_seed: int | None = None,
-                    fewshot_random_seed: int | None = None, bootstrap_iters: int | None = None,
-                    predict_only: bool = False, use_cache: str | None = None, write_out: bool = False,
-                    evaluation_tracker=None, verbosity: str | None = None) -> Results:
+def simple_evaluate(
+    model,
+    model_args: str | dict | None = None,
+    tasks="all",
+    dataset: str = "casu_mini",
+    conditions="full",
+    limit: int | None = None,
+    output_path: str | Path | None = None,
+    log_samples: bool = False,
+    include_path: list | None = None,
+    batch_size: int = 1,
+    seed: int = 0,
+    scene_hint: bool = False,
+    scoring: str = "auto",
+    circular: bool = False,
+    judge: str | None = None,
+    bert_model: str | None = None,
+    cache: str | None = None,
+    probe: bool = True,
+    device: str | None = None,
+    progress: bool = False,
+    on_cleaned=None,
+    gen_kwargs: str | dict | None = None,
+    hf_hub_log_args: str | dict | None = None,
+    system_instruction: str | None = None,
+    apply_chat_template: bool | str | None = None,
+    num_fewshot: int | None = None,
+    fewshot_as_multiturn: bool = False,
+    *,
+    random_seed: int | None = None,
+    numpy_random_seed: int | None = None,
+    torch_random_seed: int | None = None,
+    fewshot_random_seed: int | None = None,
+    bootstrap_iters: int | None = None,
+    predict_only: bool = False,
+    use_cache: str | None = None,
+    write_out: bool = False,
+    evaluation_tracker=None,
+    verbosity: str | None = None,
+) -> Results:
     """Evaluate `model` (a registered name, `module:Class`, or an already built adapter: a notebook
     loads a 7B model once and passes it to every call) on `tasks` ("all", a tag, a comma list, a
     list of names or of TaskConfig) over a built `dataset` folder or Hub repo. Returns `Results`:
@@ -230,30 +324,37 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
     `cache`), `write_out` (print each task's first prompt), `evaluation_tracker` (lm-eval's
     EvaluationTracker: its `general_config_tracker.log_experiment_args` is called as lm-eval does,
     and its `output_path` is used when `output_path` is not given), `verbosity` (log level)."""
-    from . import flags, push
-    from . import metrics as M
-    from .evaluate import EvalOptions, evaluate
-    from .metrics import JudgeEventMatcher
-    from .parsing import LLMJudge
-    from .results import document, write_outputs
-    from .runner import distributed_state
+    from harness import flags, push
+    from harness import metrics as M
+    from harness.evaluate import EvalOptions, evaluate
+    from harness.metrics import JudgeEventMatcher
+    from harness.parsing import LLMJudge
+    from harness.results import document, write_outputs
+    from harness.runner import distributed_state
     from model_adapters.registry import get_adapter, make_adapter
 
     started = time.time()
     set_verbosity(verbosity)
     given = model if isinstance(model, Adapter) else None
     if given is None and not isinstance(model, str):
-        raise UsageError(f"model={type(model).__name__}: give an adapter name (see `python -m harness list`), "
-                         "module:Class, or a model_adapters.Adapter instance")
+        raise UsageError(
+            f"model={type(model).__name__}: give an adapter name (see `python -m harness list`), "
+            "module:Class, or a model_adapters.Adapter instance"
+        )
     if given is not None and (model_args not in (None, "", {}) or device is not None):
-        raise UsageError(f"model_args/device with an adapter instance ({given.name}): it is already built with "
-                         f"{given.model_args}; give a name and model_args instead, or leave them out")
-    if bootstrap_iters is not None and (not isinstance(bootstrap_iters, int) or isinstance(bootstrap_iters, bool)
-                                        or bootstrap_iters < 0):
+        raise UsageError(
+            f"model_args/device with an adapter instance ({given.name}): it is already built with "
+            f"{given.model_args}; give a name and model_args instead, or leave them out"
+        )
+    if bootstrap_iters is not None and (
+        not isinstance(bootstrap_iters, int) or isinstance(bootstrap_iters, bool) or bootstrap_iters < 0
+    ):
         raise UsageError(f"bootstrap_iters={bootstrap_iters!r}: an integer >= 0 (0: no intervals)")
     if use_cache is not None:
         if cache is not None and cache != use_cache:
-            raise UsageError(f"use_cache={use_cache!r} and cache={cache!r}: give one (the response cache file)")
+            raise UsageError(
+                f"use_cache={use_cache!r} and cache={cache!r}: give one (the response cache file)"
+            )
         cache = str(use_cache)
     if evaluation_tracker is not None and output_path is None:
         output_path = getattr(evaluation_tracker, "output_path", None) or None
@@ -266,7 +367,9 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
         task_list = flags.apply_gen_kwargs(task_list, gen_kw)
         limit = flags.parse_limit(limit)
         log_args = flags.parse_hub_log_args(hf_hub_log_args)
-        push.check_auto_push(log_args, limit=limit, output_path=output_path, log_samples=log_samples)  # PushError
+        push.check_auto_push(
+            log_args, limit=limit, output_path=output_path, log_samples=log_samples
+        )  # PushError
         system = flags.parse_system_instruction(system_instruction)
         template_choice = flags.parse_chat_template(apply_chat_template)
         flags.check_fewshot(num_fewshot, fewshot_as_multiturn)
@@ -274,8 +377,11 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
         if given is not None:
             raw_args = dict(given.model_args)
         else:
-            raw_args = parse_model_args(model_args, raw=True) if isinstance(model_args, str) or model_args is None \
+            raw_args = (
+                parse_model_args(model_args, raw=True)
+                if isinstance(model_args, str) or model_args is None
                 else dict(model_args)
+            )
     except ModelArgsError:
         raise
     except ValueError as err:
@@ -284,7 +390,9 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
         raise UsageError(f"--judge {judge!r}: use 'local' or 'openai'")
     if scoring not in ("auto", "generate", "loglikelihood"):
         raise UsageError(f"--scoring {scoring!r}: use auto, generate or loglikelihood")
-    if batch_size != "auto" and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+    if batch_size != "auto" and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
         raise UsageError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise UsageError(f"--seed: must be an integer >= 0, got {seed!r}")
@@ -301,7 +409,9 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
     else:
         checked_args = raw_args
     check_paths(None if output_path is None else str(output_path), cache)
-    log.info("tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [c.name for c in conds], dataset)
+    log.info(
+        "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [c.name for c in conds], dataset
+    )
     data = _open_data(str(dataset), task_list, seed)
     if given is not None:
         adapter = given
@@ -322,12 +432,23 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
         raise UsageError(str(err)) from None
     backend = make_judge(judge)
     cache_obj = _open_cache(cache, output_path, on_cleaned)
-    opts = EvalOptions(conditions=conds, batch_size=batch_n, shrink_on_oom=shrink, limit=limit, scene_hint=scene_hint,
-                       scoring=scoring, circular=circular, seed=seed, probe=probe,
-                       judge=LLMJudge(backend) if backend else None,
-                       event_matcher=JudgeEventMatcher(backend) if backend else None,
-                       bert_model=bert_model, progress=progress, system_instruction=system,
-                       predict_only=predict_only)
+    opts = EvalOptions(
+        conditions=conds,
+        batch_size=batch_n,
+        shrink_on_oom=shrink,
+        limit=limit,
+        scene_hint=scene_hint,
+        scoring=scoring,
+        circular=circular,
+        seed=seed,
+        probe=probe,
+        judge=LLMJudge(backend) if backend else None,
+        event_matcher=JudgeEventMatcher(backend) if backend else None,
+        bert_model=bert_model,
+        progress=progress,
+        system_instruction=system,
+        predict_only=predict_only,
+    )
     token = M.BOOTSTRAP_ITERS.set(M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters)
     try:
         ev = evaluate(adapter, task_list, data, opts, cache_obj)
@@ -337,27 +458,59 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
     if write_out:
         for t, recs in ev["samples"].items():
             if recs:
-                print(f"--- {t}: first prompt ({recs[0]['id']}, {recs[0]['condition']}) ---\n{recs[0]['prompt']}")
+                print(
+                    f"--- {t}: first prompt ({recs[0]['id']}, {recs[0]['condition']}) ---\n{recs[0]['prompt']}"
+                )
     dist = distributed_state()
-    info = {"name": name, "args": checked_args, "info": adapter.info(), "fingerprint": adapter.fingerprint,
-            "meta": adapter.model_meta(), "tokenizer": adapter.tokenizer_info(),
-            "chat_template": adapter.chat_template_text()}
-    config = run_config(task_list, conds, scene_hint=scene_hint, scoring=scoring, circular=circular,
-                        batch_size=batch_size, limit=limit, seed=seed,
-                        judge_fp=backend.fingerprint if backend else None, gen_kwargs=gen_kw,
-                        hf_hub_log_args=log_args, system_instruction=system, chat_template=template)
-    config.update(bootstrap_iters=M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters,
-                  use_cache=cache if cache not in (None, "off") else
-                  (os.path.join(str(output_path), "cache.sqlite") if output_path is not None and cache is None
-                   else None),
-                  predict_only=bool(predict_only), fewshot_random_seed=fewshot_random_seed)
+    info = {
+        "name": name,
+        "args": checked_args,
+        "info": adapter.info(),
+        "fingerprint": adapter.fingerprint,
+        "meta": adapter.model_meta(),
+        "tokenizer": adapter.tokenizer_info(),
+        "chat_template": adapter.chat_template_text(),
+    }
+    config = run_config(
+        task_list,
+        conds,
+        scene_hint=scene_hint,
+        scoring=scoring,
+        circular=circular,
+        batch_size=batch_size,
+        limit=limit,
+        seed=seed,
+        judge_fp=backend.fingerprint if backend else None,
+        gen_kwargs=gen_kw,
+        hf_hub_log_args=log_args,
+        system_instruction=system,
+        chat_template=template,
+    )
+    config.update(
+        bootstrap_iters=M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters,
+        use_cache=cache
+        if cache not in (None, "off")
+        else (
+            os.path.join(str(output_path), "cache.sqlite")
+            if output_path is not None and cache is None
+            else None
+        ),
+        predict_only=bool(predict_only),
+        fewshot_random_seed=fewshot_random_seed,
+    )
     doc = document(ev, info, config, {"path": str(dataset)}, run_times={"start": started, "end": ended})
-    res = Results(doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=log_samples)
+    res = Results(
+        doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=log_samples
+    )
     tracker = getattr(evaluation_tracker, "general_config_tracker", None)
     if tracker is not None and hasattr(tracker, "log_experiment_args"):  # as lm-eval's simple_evaluate does
-        tracker.log_experiment_args(model_source=name, model_args=res["config"]["model_args"],
-                                    system_instruction=system, chat_template=res["chat_template"],
-                                    fewshot_as_multiturn=bool(fewshot_as_multiturn))
+        tracker.log_experiment_args(
+            model_source=name,
+            model_args=res["config"]["model_args"],
+            system_instruction=system,
+            chat_template=res["chat_template"],
+            fewshot_as_multiturn=bool(fewshot_as_multiturn),
+        )
     if output_path is not None and res.main_process:
         res.path = write_outputs(doc, ev["samples"] if log_samples else None, Path(output_path))
         res["casu"]["document"] = res.path.name
@@ -369,9 +522,9 @@ def simple_evaluate(model, model_args: str | dict | None = None, tasks="all", da
 def _open_cache(cache: str | None, output_path, on_cleaned):
     import sqlite3
 
-    from casu_dataset.llm.cache import ResponseCache
+    from casu_dataset.core.llm.cache import ResponseCache
+    from harness.outputs import clean_stale
 
-    from .outputs import clean_stale
     if output_path is not None:
         for f in clean_stale(output_path):
             if on_cleaned:
@@ -382,5 +535,6 @@ def _open_cache(cache: str | None, output_path, on_cleaned):
     try:
         return ResponseCache(path)
     except (sqlite3.Error, OSError) as err:
-        raise UsageError(f"--cache {path}: cannot open it as the response cache ({err}); give a new file name "
-                         "or 'off'") from None
+        raise UsageError(
+            f"--cache {path}: cannot open it as the response cache ({err}); give a new file name or 'off'"
+        ) from None

@@ -7,6 +7,7 @@ cached in this thread as they arrive, so `concurrency` requests are in flight wh
 batch size (the adapter's own semaphore holds the exact bound). The audio is prepared in this
 thread (the decoder's cache is not thread-safe); a batch that fails is retried one request at
 a time, and a request that still fails is a failed sample, not the end of the run."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from model_adapters.base import AdapterError, Request
 
 
-def process_concurrently(todo, group, adapter, cache, batch_size, out, bar, failures, prepare_audio, send,
-                         one_by_one) -> None:
+def process_concurrently(
+    todo, group, adapter, cache, batch_size, out, bar, failures, prepare_audio, send, one_by_one
+) -> None:
     """The runner's loop with `adapter.concurrency` batches in flight. The runner hands in its own
     steps (so this module does not import it): `prepare_audio(unit)`, `send(units, requests)` (one
     adapter call) and `one_by_one(units, requests)` (each request alone)."""
@@ -42,17 +44,27 @@ def process_concurrently(todo, group, adapter, cache, batch_size, out, bar, fail
         while i < len(todo) or pending:
             while i < len(todo) and len(pending) < width:  # keep `width` batches going
                 batch = [todo[i]]
-                while (len(batch) < batch_size and i + len(batch) < len(todo)
-                       and group(todo[i + len(batch)]) == group(batch[0])):
+                while (
+                    len(batch) < batch_size
+                    and i + len(batch) < len(todo)
+                    and group(todo[i + len(batch)]) == group(batch[0])
+                ):
                     batch.append(todo[i + len(batch)])
                 i += len(batch)
                 units, reqs = [], []
                 for u in batch:
                     try:
-                        reqs.append(Request(prompt=u.prompt, audio=prepare_audio(u),
-                                            options=u.options, system=u.system, id=u.sample.id,
-                                            task=u.task.task, kind="answer" if u.task.output_type ==
-                                            "multiple_choice" else "describe"))
+                        reqs.append(
+                            Request(
+                                prompt=u.prompt,
+                                audio=prepare_audio(u),
+                                options=u.options,
+                                system=u.system,
+                                id=u.sample.id,
+                                task=u.task.task,
+                                kind="answer" if u.task.output_type == "multiple_choice" else "describe",
+                            )
+                        )
                         units.append(u)
                     except Exception as err:  # noqa: BLE001 - bad audio in one sample
                         out[u.key] = {"error": f"{type(err).__name__}: {err}"}

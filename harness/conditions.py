@@ -15,6 +15,7 @@ own length, and the loudness is the layer's recorded target, shared by the famil
 the varied slot makes a slot family's four variants the same audio (any model: 25% per variant)
 and a crossed family's two and two (at most 50%).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import numpy as np
 
 from casu_dataset.contract import LAYER_CODES as CODE  # noqa: F401  (harness.conditions.CODE)
 from casu_dataset.contract import LAYERS, SceneAnnotation, condition_name, derive_rng
-from casu_dataset.loudness import SILENCE_LUFS, measure_lufs
+from casu_dataset.core.loudness import SILENCE_LUFS, measure_lufs
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,10 @@ class Condition:
         return ", ".join(("✓" if l in self.keep else "×") for l in LAYERS)
 
 
-ALL = [Condition(frozenset(l for l, bit in zip(LAYERS, bits) if bit == "1"))
-       for bits in ("000", "001", "010", "011", "100", "101", "110", "111")]  # the paper's row order
+ALL = [
+    Condition(frozenset(l for l, bit in zip(LAYERS, bits) if bit == "1"))
+    for bits in ("000", "001", "010", "011", "100", "101", "110", "111")
+]  # the paper's row order
 FULL = ALL[-1]
 BY_NAME = {c.name: c for c in ALL}
 
@@ -60,8 +63,10 @@ def parse_conditions(spec: str | None) -> list[Condition]:
         if name == "full":
             name = FULL.name
         if name not in BY_NAME:
-            raise ValueError(f"--conditions {name!r}: use 'full', 'all' or names from {', '.join(BY_NAME)} "
-                             "(P speech, E events, B background; '_' = replaced by noise)")
+            raise ValueError(
+                f"--conditions {name!r}: use 'full', 'all' or names from {', '.join(BY_NAME)} "
+                "(P speech, E events, B background; '_' = replaced by noise)"
+            )
         out.append(BY_NAME[name])
     return list(dict.fromkeys(out))
 
@@ -85,8 +90,13 @@ def noise_rng(seed: int, scene_id: str, layer: str) -> np.random.Generator:
     return derive_rng(None, f"{seed}|{scene_id}|{layer}")
 
 
-def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: np.random.Generator,
-                  target: float | None = None) -> np.ndarray:
+def matched_noise(
+    stem: np.ndarray,
+    spans: list[tuple[int, int]],
+    sr: int,
+    rng: np.random.Generator,
+    target: float | None = None,
+) -> np.ndarray:
     """Gaussian noise over `spans` with the loudness the stem has there (or `target` LUFS);
     zeros elsewhere."""
     out = np.zeros_like(stem, dtype=np.float32)
@@ -102,7 +112,7 @@ def matched_noise(stem: np.ndarray, spans: list[tuple[int, int]], sr: int, rng: 
     noise *= np.float32(gain)
     i = 0
     for a, b in spans:
-        out[a:b] = noise[i: i + b - a]
+        out[a:b] = noise[i : i + b - a]
         i += b - a
     return out
 
@@ -119,8 +129,13 @@ def render(condition: Condition, stems: dict[str, np.ndarray], annotation, seed:
         if layer not in condition.keep:
             if fam:
                 target = ann.expected_lufs(layer)
-                x = matched_noise(x, ann.active_spans(layer, reserved=True), sr, noise_rng(seed, "family:" + fam, layer),
-                                  target if target is not None else SILENCE_LUFS)
+                x = matched_noise(
+                    x,
+                    ann.active_spans(layer, reserved=True),
+                    sr,
+                    noise_rng(seed, "family:" + fam, layer),
+                    target if target is not None else SILENCE_LUFS,
+                )
             else:
                 x = matched_noise(x, ann.active_spans(layer), sr, noise_rng(seed, ann.scene_id, layer))
         total = x.astype(np.float32) if total is None else total + x

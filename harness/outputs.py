@@ -4,6 +4,7 @@ temp files of killed runs are removed at the start of the next run in that folde
 readers (`table`, `push`) only see complete runs: CASU's results JSON (`casu_results_*.json`;
 `results_*.json` before issue 25, now lm-eval's file) that parses, says it is complete, and whose
 sample logs are all there with the recorded SHA-256."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,7 @@ import re
 import socket
 from pathlib import Path
 
-from casu_dataset import atomic
+from casu_dataset.core import atomic
 
 FOREIGN_TMP_AGE_S = 24 * 3600  # a temp in a results folder is stale after a day (a run's writes are short)
 
@@ -26,7 +27,7 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
 def clean_stale(root: str | Path) -> list[Path]:
     """Remove temp files left by killed runs in `root` and its model folders; returns them.
 
-    A temp file of a live process (a concurrent run) is kept (casu_dataset.atomic's rule)."""
+    A temp file of a live process (a concurrent run) is kept (casu_dataset.core.atomic's rule)."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -47,8 +48,14 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         return None, [], f"does not parse ({type(err).__name__}: {err})"
     if not isinstance(doc, dict) or doc.get("complete") is not True:
-        return None, [], ("not marked complete (written by a killed run or an older harness: rerun the same "
-                          "command; cached outputs make it fast)")
+        return (
+            None,
+            [],
+            (
+                "not marked complete (written by a killed run or an older harness: rerun the same "
+                "command; cached outputs make it fast)"
+            ),
+        )
     logs = []
     for key in ("sample_logs", "lm_eval_sample_logs"):  # CASU's sample records, then lm-eval's lines
         for task, rec in (doc.get(key) or {}).items():
@@ -56,7 +63,11 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
             if not p.is_file():
                 return None, [], f"sample log {rec['file']} is missing"
             if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
-                return None, [], f"sample log {rec['file']} is not the one this run wrote (truncated or replaced)"
+                return (
+                    None,
+                    [],
+                    f"sample log {rec['file']} is not the one this run wrote (truncated or replaced)",
+                )
             logs.append(p)
     return doc, logs, None
 
@@ -72,7 +83,9 @@ def _is_lm_eval_file(path: Path) -> bool:
     return isinstance(doc, dict) and "schema_version" not in doc and "results" in doc
 
 
-def complete_runs(output_path: str | Path) -> tuple[list[tuple[Path, dict, list[Path]]], list[tuple[Path, str]]]:
+def complete_runs(
+    output_path: str | Path,
+) -> tuple[list[tuple[Path, dict, list[Path]]], list[tuple[Path, str]]]:
     """Every complete run under an output folder (oldest first per model) and the skipped ones with why."""
     runs, skipped = [], []
     root = Path(output_path)
@@ -87,8 +100,10 @@ def complete_runs(output_path: str | Path) -> tuple[list[tuple[Path, dict, list[
 
 
 INCOMPLETE_DIR = "incomplete"
-_STAMPED = re.compile(r"^(?:casu_samples_.+|samples_.+|casu_results|results|lm_eval|accuracy_by_task|ablation_heatmap)_"
-                      r"(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:_\d+)?)\.(?:jsonl|json|md|png)$")
+_STAMPED = re.compile(
+    r"^(?:casu_samples_.+|samples_.+|casu_results|results|lm_eval|accuracy_by_task|ablation_heatmap)_"
+    r"(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:_\d+)?)\.(?:jsonl|json|md|png)$"
+)
 WRITER_MARK = ".writing-"  # `.writing-<stamp>-<host>-<pid>`: a run is writing that stamp's files
 
 
@@ -102,15 +117,21 @@ def set_aside_orphans(model_dir: Path) -> list[Path]:
     host = socket.gethostname()
     live = set()
     for m in model_dir.glob(f"{WRITER_MARK}*"):
-        stamp, h, pid = m.name[len(WRITER_MARK):].rsplit("-", 2)
+        stamp, h, pid = m.name[len(WRITER_MARK) :].rsplit("-", 2)
         if h == host and pid.isdigit() and atomic.pid_alive(int(pid)):
             live.add(stamp)
         elif h == host:
             m.unlink(missing_ok=True)  # its writer is gone
-    done = {f.name[len("casu_results_"):-len(".json")] for f in model_dir.glob("casu_results_*.json")
-            if check_run(f)[0] is not None}
-    done |= {f.name[len("results_"):-len(".json")] for f in model_dir.glob("results_*.json")  # older harness
-             if not _is_lm_eval_file(f) and check_run(f)[0] is not None}
+    done = {
+        f.name[len("casu_results_") : -len(".json")]
+        for f in model_dir.glob("casu_results_*.json")
+        if check_run(f)[0] is not None
+    }
+    done |= {
+        f.name[len("results_") : -len(".json")]
+        for f in model_dir.glob("results_*.json")  # older harness
+        if not _is_lm_eval_file(f) and check_run(f)[0] is not None
+    }
     moved = []
     for f in sorted(model_dir.iterdir()):
         m = _STAMPED.match(f.name)
@@ -138,6 +159,7 @@ class writing:
 
 
 # -- where a run's files go ------------------------------------------------------------------
+
 
 def sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", name)

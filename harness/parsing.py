@@ -5,6 +5,7 @@
 3. optionally an LLM judge that maps the reply to one letter or to "none".
 A reply naming two different letters, or matching two options, is unparsed (and wrong).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,10 @@ def _letter_patterns(k: int) -> list[re.Pattern]:
     return [
         # "Answer: B", "ANSWER: (b)", "The answer is B", "correct option is: **C**"
         # (a lower-case letter only before punctuation or the end: "Answer: a siren" is not A)
-        re.compile(rf"(?i:answer|option|choice)\s*(?i:is|:)?\s*[:\-]?\s*[\*\(\[]*\s*"
-                   rf"([{L}](?![\w'])|[{L.lower()}](?=\s*(?:$|[\.\):\],;\*])))"),
+        re.compile(
+            rf"(?i:answer|option|choice)\s*(?i:is|:)?\s*[:\-]?\s*[\*\(\[]*\s*"
+            rf"([{L}](?![\w'])|[{L.lower()}](?=\s*(?:$|[\.\):\],;\*])))"
+        ),
         # the reply starts with the letter: "B", "B.", "B)", "(c)", "**B**", "B: text", "B. 4"
         re.compile(rf"^\s*[\*\(\[]*\s*({cls})\s*[\*\)\]]*\s*(?:[\.\):\-,]|$)", re.I),
         # a letter alone in brackets anywhere: "(C)"
@@ -79,10 +82,13 @@ def parse_choice(text: str, options: list[str], judge=None, question: str = "") 
 
 
 class LLMJudge:
-    """Ask a chat backend (casu_dataset.llm.backends) which option a reply chose; 'none' stays unparsed."""
-    PROMPT = ("A model answered a multiple-choice question. Which option did it choose? Reply with the option's "
-              "letter only, or NONE if it chose none or several.\n\nQuestion: {q}\nOptions:\n{opts}\n\n"
-              "Model reply: {reply}\n\nChosen letter:")
+    """Ask a chat backend (casu_dataset.core.llm.backends) which option a reply chose; 'none' stays unparsed."""
+
+    PROMPT = (
+        "A model answered a multiple-choice question. Which option did it choose? Reply with the option's "
+        "letter only, or NONE if it chose none or several.\n\nQuestion: {q}\nOptions:\n{opts}\n\n"
+        "Model reply: {reply}\n\nChosen letter:"
+    )
 
     def __init__(self, backend):
         self.backend = backend
@@ -90,7 +96,9 @@ class LLMJudge:
 
     def __call__(self, question: str, options: list[str], reply: str) -> str | None:
         opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options))
-        out = self.backend.complete([{"role": "user", "content": self.PROMPT.format(q=question, opts=opts, reply=reply)}],
-                                    max_tokens=4)
-        m = re.match(rf"\s*\(?([{LETTERS[:len(options)]}])\b", out.strip().upper())
+        out = self.backend.complete(
+            [{"role": "user", "content": self.PROMPT.format(q=question, opts=opts, reply=reply)}],
+            max_tokens=4,
+        )
+        m = re.match(rf"\s*\(?([{LETTERS[: len(options)]}])\b", out.strip().upper())
         return m.group(1) if m else None

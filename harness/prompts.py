@@ -1,7 +1,8 @@
 """Prompts from a task's template: question, lettered options, optional scene hint."""
+
 from __future__ import annotations
 
-from .parsing import LETTERS
+from harness.parsing import LETTERS
 
 
 def scene_hint(place: str) -> str:
@@ -14,15 +15,18 @@ def scene_hint(place: str) -> str:
 def rotate(options: list[str], answer: str, r: int) -> tuple[list[str], str]:
     """Options shifted by r places (CircularEval) and where the key lands."""
     k = len(options)
-    rot = options[r % k:] + options[: r % k]
+    rot = options[r % k :] + options[: r % k]
     key = options[LETTERS.index(answer)]
     return rot, LETTERS[rot.index(key)]
 
 
-def build_prompt(template: str, question: str = "", options: list[str] | None = None,
-                 place: str | None = None) -> str:
+def build_prompt(
+    template: str, question: str = "", options: list[str] | None = None, place: str | None = None
+) -> str:
     opts = options or []
     return template.format(
-        question=question, hint=scene_hint(place) if place else "",
+        question=question,
+        hint=scene_hint(place) if place else "",
         options="\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(opts)),
-        letters=", ".join(LETTERS[: len(opts)]))
+        letters=", ".join(LETTERS[: len(opts)]),
+    )

@@ -13,14 +13,20 @@ pushed as `push` does, checked up front by `check_auto_push`.
 scale, the settings in `notes`.
 
 The token comes from HF_TOKEN (or the huggingface_hub login) and is never printed."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import yaml
 
-from casu_dataset import hub
-from casu_dataset.contract import DESCRIPTION_TASK, EVAL_FRAMEWORK, FULL_CONDITION, LEADERBOARD_METRIC
+from casu_dataset.contract import (
+    DESCRIPTION_TASK,
+    EVAL_FRAMEWORK,
+    FULL_CONDITION,
+    LEADERBOARD_METRIC,
+)
+from casu_dataset.core import hub
 
 
 class PushError(hub.HubError):
@@ -30,15 +36,18 @@ class PushError(hub.HubError):
 def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Path, dict, list[Path]]]:
     """The complete runs under an output folder (results JSON, document, its sample logs);
     incomplete ones (killed, truncated, older harness) go to `skipped` as (path, why)."""
-    from .outputs import complete_runs
+    from harness.outputs import complete_runs
+
     root = Path(output_path)
     good, bad = complete_runs(root)
     if skipped is not None:
         skipped.extend(bad)
     if not good:
         why = "; ".join(f"{f.relative_to(root)}: {w}" for f, w in bad)
-        raise PushError(f"--output_path {root}: no complete results (casu_results_*.json) under it "
-                        f"({'skipped ' + why if why else 'run an evaluation first'})")
+        raise PushError(
+            f"--output_path {root}: no complete results (casu_results_*.json) under it "
+            f"({'skipped ' + why if why else 'run an evaluation first'})"
+        )
     return good
 
 
@@ -47,27 +56,35 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
 
     `checkpoint`: the results folder name (`qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`), the checkpoint
     (`Qwen/Qwen2.5-Omni-7B`) or the adapter name; needed when the folder holds several."""
-    from .outputs import checkpoint as ck_of, run_key
-    from .results import latest_runs
+    from harness.outputs import checkpoint as ck_of
+    from harness.outputs import run_key
+    from harness.results import latest_runs
+
     runs(output_path, skipped)  # PushError when there is no complete run at all
     full = latest_runs(output_path, full_only=True)
     latest = latest_runs(output_path)
 
     def matches(doc):
         return checkpoint in (run_key(doc["model"]), ck_of(doc["model"]), doc["model"]["name"])
+
     if checkpoint:
         full = [r for r in full if matches(r[1])]
         latest = [r for r in latest if matches(r[1])]
         if not latest:
-            raise PushError(f"--checkpoint {checkpoint!r}: no complete run of it under --output_path {output_path}")
+            raise PushError(
+                f"--checkpoint {checkpoint!r}: no complete run of it under --output_path {output_path}"
+            )
     if not full:
         lim = latest[0][1]["config"].get("limit")
-        raise PushError(f"--output_path {output_path}: refusing to push a --limit run ({latest[0][0].name} evaluated "
-                        f"--limit {lim}, a subset of each task); rerun without --limit to push")
+        raise PushError(
+            f"--output_path {output_path}: refusing to push a --limit run ({latest[0][0].name} evaluated "
+            f"--limit {lim}, a subset of each task); rerun without --limit to push"
+        )
     if len(full) > 1:
         names = ", ".join(run_key(r[1]["model"]) for r in full)
-        raise PushError(f"--output_path {output_path} holds several checkpoints; choose one with --checkpoint "
-                        f"({names})")
+        raise PushError(
+            f"--output_path {output_path} holds several checkpoints; choose one with --checkpoint ({names})"
+        )
     return full[0]
 
 
@@ -78,11 +95,18 @@ def _check_repo(repo: str, flag: str = "--repo") -> None:
         raise PushError(str(err)) from None
 
 
-def plan_push(output_path: str | Path, repo: str, skipped: list | None = None, checkpoint: str | None = None,
-              samples: bool = True, run: tuple | None = None) -> list:
+def plan_push(
+    output_path: str | Path,
+    repo: str,
+    skipped: list | None = None,
+    checkpoint: str | None = None,
+    samples: bool = True,
+    run: tuple | None = None,
+) -> list:
     """The commit operations: the run's files (default: the chosen checkpoint's latest full run;
     its sample logs unless `samples` is false) under `<checkpoint folder>/`, and the card."""
     from huggingface_hub import CommitOperationAdd
+
     _check_repo(repo)
     f, doc, logs = run or select_run(output_path, checkpoint, skipped)
     files = [f, *(logs if samples else [])]
@@ -90,10 +114,12 @@ def plan_push(output_path: str | Path, repo: str, skipped: list | None = None, c
     if doc.get("lm_eval_view") and lm.is_file():
         files.append(lm)
     # the run's files sit under the name of its checkpoint folder, as written, also for old folders
-    from .outputs import run_key
+    from harness.outputs import run_key
+
     ops = hub.folder_operations(f.parent, files, prefix=f"{run_key(doc['model'])}/")
-    ops.append(CommitOperationAdd(path_in_repo="README.md",
-                                  path_or_fileobj=results_card(output_path, repo).encode()))
+    ops.append(
+        CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=results_card(output_path, repo).encode())
+    )
     return ops
 
 
@@ -101,37 +127,78 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
     """The sample logs of a run for a separate details repo (lm-eval's details_repo_name), with a card."""
     from huggingface_hub import CommitOperationAdd
 
-    from .outputs import run_key
+    from harness.outputs import run_key
+
     f, doc, logs = run
     ops = hub.folder_operations(f.parent, logs, prefix=f"{run_key(doc['model'])}/")
-    card = "\n".join(["---", "pretty_name: CASU sample logs", "tags:", "- casu", "- evaluation", "---", "",
-                      f"# CASU sample logs ({details_repo})", "",
-                      "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in lm-eval's "
-                      "schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
-                      f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).", ""])
+    card = "\n".join(
+        [
+            "---",
+            "pretty_name: CASU sample logs",
+            "tags:",
+            "- casu",
+            "- evaluation",
+            "---",
+            "",
+            f"# CASU sample logs ({details_repo})",
+            "",
+            "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in lm-eval's "
+            "schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
+            f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).",
+            "",
+        ]
+    )
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
     return ops
 
 
 def results_card(output_path: str | Path, repo: str) -> str:
     """README.md of the results dataset: table 1 of each checkpoint's latest full run."""
-    from .results import latest_runs, table1
+    from harness.results import latest_runs, table1
+
     docs = [d for _, d, _ in latest_runs(output_path, full_only=True)]
-    return "\n".join([
-        "---", "pretty_name: CASU results", "tags:", "- casu", "- evaluation", "- audio", "---", "",
-        f"# CASU results ({repo})", "",
-        "Results of the CASU harness (`python -m harness`), one folder per checkpoint "
-        "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's schema, "
-        "CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only full runs are "
-        "pushed (never `--limit` subsets).", "",
-        "## Table 1 (all layers, each checkpoint's latest full run)", "", table1(*docs), "",
-        "BLEU-4 on 0-100; BERTScore F1, Event Match and 1 - WER on 0-1; accuracies in %.", ""])
+    return "\n".join(
+        [
+            "---",
+            "pretty_name: CASU results",
+            "tags:",
+            "- casu",
+            "- evaluation",
+            "- audio",
+            "---",
+            "",
+            f"# CASU results ({repo})",
+            "",
+            "Results of the CASU harness (`python -m harness`), one folder per checkpoint "
+            "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's schema, "
+            "CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only full runs are "
+            "pushed (never `--limit` subsets).",
+            "",
+            "## Table 1 (all layers, each checkpoint's latest full run)",
+            "",
+            table1(*docs),
+            "",
+            "BLEU-4 on 0-100; BERTScore F1, Event Match and 1 - WER on 0-1; accuracies in %.",
+            "",
+        ]
+    )
 
 
-def push(output_path, repo: str, dataset_id: str | None = None, token: str | None = None, dry_run: bool = False,
-         private: bool = True, checkpoint: str | None = None, api=None, samples: bool = True,
-         details_repo: str | None = None, gated: bool = False, run: tuple | None = None,
-         flag: str = "--repo") -> dict:
+def push(
+    output_path,
+    repo: str,
+    dataset_id: str | None = None,
+    token: str | None = None,
+    dry_run: bool = False,
+    private: bool = True,
+    checkpoint: str | None = None,
+    api=None,
+    samples: bool = True,
+    details_repo: str | None = None,
+    gated: bool = False,
+    run: tuple | None = None,
+    flag: str = "--repo",
+) -> dict:
     """Push a run (default: the checkpoint's latest full run) to `repo`: its sample logs too
     unless `samples` is false, and to `details_repo` instead when that is another repo; each repo
     created private unless `private=False`, and gated (access requests, approved automatically) with `gated`."""
@@ -153,20 +220,35 @@ def push(output_path, repo: str, dataset_id: str | None = None, token: str | Non
         try:
             hub.commit(repo, ops, message, api=api, token=token, private=private, gated=gated, flag=flag)
             if details:
-                hub.commit(details_repo, details, f"CASU sample logs: {f.parent.name} {doc['date']}", api=api,
-                           token=token, private=private, gated=gated, flag="--hf_hub_log_args details_repo_name")
+                hub.commit(
+                    details_repo,
+                    details,
+                    f"CASU sample logs: {f.parent.name} {doc['date']}",
+                    api=api,
+                    token=token,
+                    private=private,
+                    gated=gated,
+                    flag="--hf_hub_log_args details_repo_name",
+                )
         except hub.HubUploadError:
             raise
         except hub.HubError as err:
             raise PushError(str(err)) from None
-    return {"repo": repo, "operations": [o.path_in_repo for o in ops], "run": str(f), "private": private,
-            "gated": gated, "details_repo": details_repo if split else None,
-            "details_operations": [o.path_in_repo for o in details],
-            "eval_results_yaml": yaml.safe_dump(entries, sort_keys=False) if entries else "",
-            "skipped": [(str(p), why) for p, why in skipped]}
+    return {
+        "repo": repo,
+        "operations": [o.path_in_repo for o in ops],
+        "run": str(f),
+        "private": private,
+        "gated": gated,
+        "details_repo": details_repo if split else None,
+        "details_operations": [o.path_in_repo for o in details],
+        "eval_results_yaml": yaml.safe_dump(entries, sort_keys=False) if entries else "",
+        "skipped": [(str(p), why) for p, why in skipped],
+    }
 
 
 # -- lm-eval's push at the end of a run (--hf_hub_log_args push_results_to_hub=true) ---------------
+
 
 def details_repo(log_args: dict) -> str | None:
     """ORG/NAME of lm-eval's separate details (sample logs) repo: details_repo_name in hub_results_org."""
@@ -180,19 +262,27 @@ def check_auto_push(log_args: dict, *, limit, output_path, log_samples: bool) ->
     if not (log_args.get("push_results_to_hub") or log_args.get("push_samples_to_hub")):
         return
     if not log_args.get("push_results_to_hub"):
-        raise PushError("--hf_hub_log_args push_samples_to_hub=true: also set push_results_to_hub=true (the sample "
-                        "logs are sent with their run)")
+        raise PushError(
+            "--hf_hub_log_args push_samples_to_hub=true: also set push_results_to_hub=true (the sample "
+            "logs are sent with their run)"
+        )
     flag = "--hf_hub_log_args push_results_to_hub=true"
     if not log_args.get("hub_results_org"):
         raise PushError(f"{flag}: needs hub_results_org=ORG (the owner of the results repo)")
     if limit is not None:
-        raise PushError(f"{flag}: a --limit run is never pushed (--limit {limit} evaluates a subset of each task); "
-                        "drop --limit or the push")
+        raise PushError(
+            f"{flag}: a --limit run is never pushed (--limit {limit} evaluates a subset of each task); "
+            "drop --limit or the push"
+        )
     if output_path is None:
-        raise PushError(f"{flag}: needs --output_path (output_path= from Python): the run is pushed from the files "
-                        "written there")
+        raise PushError(
+            f"{flag}: needs --output_path (output_path= from Python): the run is pushed from the files "
+            "written there"
+        )
     if log_args.get("push_samples_to_hub") and not log_samples:
-        raise PushError("--hf_hub_log_args push_samples_to_hub=true: needs --log_samples (the sample logs it sends)")
+        raise PushError(
+            "--hf_hub_log_args push_samples_to_hub=true: needs --log_samples (the sample logs it sends)"
+        )
     if log_args.get("push_samples_to_hub") and details_repo(log_args):
         _check_repo(details_repo(log_args), "--hf_hub_log_args details_repo_name")
     if log_args.get("gated"):
@@ -202,17 +292,34 @@ def check_auto_push(log_args: dict, *, limit, output_path, log_samples: bool) ->
 def _check_can_gate() -> None:
     if not hub.can_gate():
         import huggingface_hub
-        raise PushError(f"--hf_hub_log_args gated=true: huggingface_hub {huggingface_hub.__version__} cannot gate a "
-                        "repo (no HfApi.update_repo_settings(gated=...)); upgrade it or drop gated")
+
+        raise PushError(
+            f"--hf_hub_log_args gated=true: huggingface_hub {huggingface_hub.__version__} cannot gate a "
+            "repo (no HfApi.update_repo_settings(gated=...)); upgrade it or drop gated"
+        )
 
 
 def retry_command(path: Path, repo: str, public: bool, samples: bool) -> str:
     """The `python -m harness push` line that sends the run at `path` as the run's own push would
     (the details repo and gated come from the run's recorded --hf_hub_log_args)."""
     import shlex
-    return shlex.join(["python", "-m", "harness", "push", "--output_path", str(path.parent.parent),
-                       "--checkpoint", path.parent.name, "--repo", repo, *(["--public"] if public else []),
-                       *([] if samples else ["--no_samples"])])
+
+    return shlex.join(
+        [
+            "python",
+            "-m",
+            "harness",
+            "push",
+            "--output_path",
+            str(path.parent.parent),
+            "--checkpoint",
+            path.parent.name,
+            "--repo",
+            repo,
+            *(["--public"] if public else []),
+            *([] if samples else ["--no_samples"]),
+        ]
+    )
 
 
 def push_after_run(path: str | Path, log_args: dict, token: str | None = None, api=None) -> dict | None:
@@ -222,8 +329,9 @@ def push_after_run(path: str | Path, log_args: dict, token: str | None = None, a
     was asked for; else push's dict with `pushed` True, or `pushed` False with `error` (one line:
     the repo, why, where the results are and `retry`, the command that sends them). A Hub failure
     never raises: the results are already on disk."""
-    from .flags import results_repo
-    from .outputs import check_run
+    from harness.flags import results_repo
+    from harness.outputs import check_run
+
     if not log_args.get("push_results_to_hub"):
         return None
     path = Path(path)
@@ -234,16 +342,30 @@ def push_after_run(path: str | Path, log_args: dict, token: str | None = None, a
     try:
         if why:
             raise PushError(f"{path}: {why}")
-        out = push(path.parent.parent, repo, token=token, private=not public, api=api, samples=samples,
-                   details_repo=details_repo(log_args), gated=bool(log_args.get("gated")), run=(path, doc, logs),
-                   flag="--hf_hub_log_args hub_results_org")
+        out = push(
+            path.parent.parent,
+            repo,
+            token=token,
+            private=not public,
+            api=api,
+            samples=samples,
+            details_repo=details_repo(log_args),
+            gated=bool(log_args.get("gated")),
+            run=(path, doc, logs),
+            flag="--hf_hub_log_args hub_results_org",
+        )
     except hub.HubError as err:
-        return {"repo": repo, "pushed": False, "retry": retry,
-                "error": f"push after the run failed: {err}; the results are saved in {path}; retry: {retry}"}
+        return {
+            "repo": repo,
+            "pushed": False,
+            "retry": retry,
+            "error": f"push after the run failed: {err}; the results are saved in {path}; retry: {retry}",
+        }
     return dict(out, pushed=True, retry=retry)
 
 
 # -- .eval_results/casu.yaml for a model repo ----------------------------------------------
+
 
 def _metric(task: str, m: dict) -> tuple[str, float] | None:
     """(metric name, value 0-100) of a task's headline number: accuracy, or for scene
@@ -257,15 +379,21 @@ def _metric(task: str, m: dict) -> tuple[str, float] | None:
     return None
 
 
-def eval_results_entries(doc: dict, dataset_id: str, source_url: str, proposed_for: str | None = None) -> list[dict]:
+def eval_results_entries(
+    doc: dict, dataset_id: str, source_url: str, proposed_for: str | None = None
+) -> list[dict]:
     """One entry per task at full audio, on a 0-100 scale, with the settings in `notes` and the
     same `evaluation_framework` as the dataset's eval.yaml; `proposed_for`: the model repo a run of
     another checkpoint is proposed for by explicit override (said in every entry's notes)."""
-    from .outputs import checkpoint
+    from harness.outputs import checkpoint
+
     cfg = doc.get("config") or {}
     ck = checkpoint(doc["model"])
-    override = (f"; OVERRIDE: checkpoint {ck or '(none)'} proposed for {proposed_for} with --allow_other_checkpoint"
-                if proposed_for else "")
+    override = (
+        f"; OVERRIDE: checkpoint {ck or '(none)'} proposed for {proposed_for} with --allow_other_checkpoint"
+        if proposed_for
+        else ""
+    )
     out = []
     for task, conds in doc["results"].items():
         m = conds.get(FULL_CONDITION)
@@ -273,15 +401,25 @@ def eval_results_entries(doc: dict, dataset_id: str, source_url: str, proposed_f
         if not got:
             continue
         metric, value = got
-        notes = (f"{metric} x100 (0-100); adapter {doc['model']['name']}" + (f", checkpoint {ck}" if ck else "")
-                 + f"; scoring {(doc.get('scoring') or {}).get(task)}; generation "
-                 f"{(doc.get('generation') or {}).get(task)}; conditions full ({FULL_CONDITION}); "
-                 f"scene_hint {cfg.get('scene_hint')}; circular {cfg.get('circular')}; seed {cfg.get('seed')}; "
-                 f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}"
-                 + override)
-        out.append({"dataset": {"id": dataset_id, "task_id": task}, "value": value, "date": doc["date"][:10],
-                    "source": {"url": source_url, "name": "CASU harness"},
-                    "evaluation_framework": EVAL_FRAMEWORK, "notes": notes})
+        notes = (
+            f"{metric} x100 (0-100); adapter {doc['model']['name']}"
+            + (f", checkpoint {ck}" if ck else "")
+            + f"; scoring {(doc.get('scoring') or {}).get(task)}; generation "
+            f"{(doc.get('generation') or {}).get(task)}; conditions full ({FULL_CONDITION}); "
+            f"scene_hint {cfg.get('scene_hint')}; circular {cfg.get('circular')}; seed {cfg.get('seed')}; "
+            f"n {m.get('n')}; dataset fingerprint {doc['dataset']['fingerprint']}; git {doc.get('git_hash')}"
+            + override
+        )
+        out.append(
+            {
+                "dataset": {"id": dataset_id, "task_id": task},
+                "value": value,
+                "date": doc["date"][:10],
+                "source": {"url": source_url, "name": "CASU harness"},
+                "evaluation_framework": EVAL_FRAMEWORK,
+                "notes": notes,
+            }
+        )
     return out
 
 
@@ -291,9 +429,17 @@ def same_repo(checkpoint: str | None, repo: str) -> bool:
     return bool(checkpoint) and checkpoint.strip().strip("/").lower() == repo.lower()
 
 
-def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: str | None = None,
-                    checkpoint: str | None = None, token: str | None = None, dry_run: bool = False, api=None,
-                    allow_other_checkpoint: bool = False) -> dict:
+def pr_eval_results(
+    output_path,
+    model_repo: str,
+    dataset_id: str,
+    source_url: str | None = None,
+    checkpoint: str | None = None,
+    token: str | None = None,
+    dry_run: bool = False,
+    api=None,
+    allow_other_checkpoint: bool = False,
+) -> dict:
     """Open a pull request on `model_repo` adding `.eval_results/casu.yaml` for one checkpoint's
     latest full run (default: the run of `model_repo` itself); returns {"yaml", "pr_url"}.
 
@@ -302,15 +448,17 @@ def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: s
     every entry's notes record."""
     from huggingface_hub import CommitOperationAdd
 
-    from .outputs import checkpoint as ck_of
+    from harness.outputs import checkpoint as ck_of
+
     try:
         hub.check_repo_id(model_repo, "--model_repo")
         hub.check_repo_id(dataset_id, "--dataset_id")
     except hub.HubError as err:
         raise PushError(str(err)) from None
     if checkpoint is None:  # the target repo's own run, when the folder has one
-        from .outputs import run_key
-        from .results import latest_runs
+        from harness.outputs import run_key
+        from harness.results import latest_runs
+
         own = [r for r in latest_runs(output_path) if same_repo(ck_of(r[1]["model"]), model_repo)]
         checkpoint = run_key(own[0][1]["model"]) if len(own) == 1 else None
     f, doc, _ = select_run(output_path, checkpoint)
@@ -318,12 +466,18 @@ def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: s
     mismatch = not same_repo(ck, model_repo)
     if mismatch and not allow_other_checkpoint:
         what = f"checkpoint {ck!r}" if ck else "no checkpoint (a baseline)"
-        raise PushError(f"--model_repo {model_repo}: the run {f} evaluated --model {doc['model']['name']} with {what}, "
-                        f"not {model_repo}; its scores are not {model_repo}'s. Evaluate --model_args "
-                        f"pretrained={model_repo}, or pass --allow_other_checkpoint if these are the same weights "
-                        "(recorded in the notes)")
-    entries = eval_results_entries(doc, dataset_id, source_url or f"https://huggingface.co/datasets/{dataset_id}",
-                                   proposed_for=model_repo if mismatch else None)
+        raise PushError(
+            f"--model_repo {model_repo}: the run {f} evaluated --model {doc['model']['name']} with {what}, "
+            f"not {model_repo}; its scores are not {model_repo}'s. Evaluate --model_args "
+            f"pretrained={model_repo}, or pass --allow_other_checkpoint if these are the same weights "
+            "(recorded in the notes)"
+        )
+    entries = eval_results_entries(
+        doc,
+        dataset_id,
+        source_url or f"https://huggingface.co/datasets/{dataset_id}",
+        proposed_for=model_repo if mismatch else None,
+    )
     if not entries:
         raise PushError(f"{f}: no task has a full-audio result to report")
     text = yaml.safe_dump(entries, sort_keys=False)
@@ -331,10 +485,18 @@ def pr_eval_results(output_path, model_repo: str, dataset_id: str, source_url: s
     if not dry_run:
         op = CommitOperationAdd(path_in_repo=".eval_results/casu.yaml", path_or_fileobj=text.encode())
         try:
-            info = hub.commit(model_repo, [op], f"Add CASU evaluation results ({f.parent.name})", api=api,
-                              token=token, repo_type="model", create_pr=True, flag="--model_repo",
-                              description=f"CASU results of {f.parent.name}, run {doc['date']} "
-                                          f"(values 0-100; settings in each entry's notes).")
+            info = hub.commit(
+                model_repo,
+                [op],
+                f"Add CASU evaluation results ({f.parent.name})",
+                api=api,
+                token=token,
+                repo_type="model",
+                create_pr=True,
+                flag="--model_repo",
+                description=f"CASU results of {f.parent.name}, run {doc['date']} "
+                f"(values 0-100; settings in each entry's notes).",
+            )
         except hub.HubUploadError:
             raise
         except hub.HubError as err:

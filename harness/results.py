@@ -1,5 +1,6 @@
 """Results on disk: the JSON document (schema in harness/RESULTS.md), per-task sample logs,
 Markdown tables shaped like the paper's tables 1-2, and PNG plots."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -10,10 +11,9 @@ from pathlib import Path
 
 from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
-
-from . import metrics as M
-from .lmeval_view import sample_lines, task_hash, view
-from .outputs import checkpoint, run_key
+from harness import metrics as M
+from harness.lmeval_view import sample_lines, task_hash, view
+from harness.outputs import checkpoint, run_key
 
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 
@@ -25,16 +25,36 @@ def mcq_order() -> tuple[str, ...]:
 
 def short(task: str) -> str:
     return contract.get_task(task).short
-PACKAGES = ["casu", "torch", "transformers", "datasets", "accelerate", "numpy", "sacrebleu", "bert-score", "jiwer",
-            "sentence-transformers", "faster-whisper", "mistral-common"]
+
+
+PACKAGES = [
+    "casu",
+    "torch",
+    "transformers",
+    "datasets",
+    "accelerate",
+    "numpy",
+    "sacrebleu",
+    "bert-score",
+    "jiwer",
+    "sentence-transformers",
+    "faster-whisper",
+    "mistral-common",
+]
 
 
 def git_hash() -> str | None:
     try:
         root = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -61,6 +81,7 @@ def env_info() -> dict:
     not a submodule)."""
     import platform
     import sys
+
     torch = sys.modules.get("torch")  # never imported just for this (the baselines run without it)
     cuda = None
     if torch is not None:
@@ -69,19 +90,28 @@ def env_info() -> dict:
         except Exception:  # noqa: BLE001 - informational only
             cuda = None
     v = versions()
-    text = "\n".join([f"PyTorch version: {v.get('torch')}", f"Is CUDA available: {cuda}",
-                      f"Python version: {sys.version.split()[0]}", f"OS: {platform.platform()}",
-                      f"transformers version: {v.get('transformers')}"])
+    text = "\n".join(
+        [
+            f"PyTorch version: {v.get('torch')}",
+            f"Is CUDA available: {cuda}",
+            f"Python version: {sys.version.split()[0]}",
+            f"OS: {platform.platform()}",
+            f"transformers version: {v.get('transformers')}",
+        ]
+    )
     return {"pretty_env_info": text, "upper_git_hash": None}
 
 
-def document(ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None,
-             run_times: dict | None = None) -> dict:
+def document(
+    ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None, run_times: dict | None = None
+) -> dict:
     """Everything but the per-sample logs, in the documented schema. `run_times`: {start, end}
     UNIX times of the evaluation (lm-eval's date, start_time, end_time)."""
     status = "errors" if ev["errors"] else "ok"
-    hashes = {t: task_hash(sample_lines(t, recs, (ev.get("generation") or {}).get(t)))
-              for t, recs in (ev.get("samples") or {}).items()}
+    hashes = {
+        t: task_hash(sample_lines(t, recs, (ev.get("generation") or {}).get(t)))
+        for t, recs in (ev.get("samples") or {}).items()
+    }
     return {
         "schema_version": SCHEMA_VERSION,
         "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -144,8 +174,10 @@ def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
     name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "") + mark
     cells = [name, *(m.cell(sd.get(m.name)) for m in _columns(M.TEXT))]
     limited = bool(doc.get("config", {}).get("limit"))
-    cells += [_acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "")
-              for t in mcq_order()]
+    cells += [
+        _acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "")
+        for t in mcq_order()
+    ]
     if limited:
         n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order())
         cells[0] += f" (--limit {doc['config']['limit']}, n={n})"
@@ -155,18 +187,28 @@ def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
 def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
     """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run."""
     fam = has_families(*docs)
-    head = ("| Model | " + "".join(m.label + " | " for m in _columns(M.TEXT))
-            + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order()) + " |")
+    head = (
+        "| Model | "
+        + "".join(m.label + " | " for m in _columns(M.TEXT))
+        + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order())
+        + " |"
+    )
     sep = "|" + "---|" * (1 + len(_columns(M.TEXT)) + len(mcq_order()))
     marks = other_data(docs)
     lines = [head, sep, *(_table1_row(d, full, marks.get(id(d), "")) for d in docs)]
     if marks:
         ref = _identity_of(docs[0])
-        lines += ["", f"† evaluated on other data than the first row (dataset identity differs from "
-                      f"{(ref or 'none')[:16]}): not comparable."]
+        lines += [
+            "",
+            f"† evaluated on other data than the first row (dataset identity differs from "
+            f"{(ref or 'none')[:16]}): not comparable.",
+        ]
     if fam:
-        lines += ["", "acc: accuracy per variant (%); fam: family accuracy, all four variants of a contrast family "
-                      "right (%; chance 0.39)."]
+        lines += [
+            "",
+            "acc: accuracy per variant (%); fam: family accuracy, all four variants of a contrast family "
+            "right (%; chance 0.39).",
+        ]
     return "\n".join(lines)
 
 
@@ -194,7 +236,8 @@ def latest_documents(output_path: str | Path, skipped: list | None = None) -> li
 def latest_runs(output_path: str | Path, skipped: list | None = None, full_only: bool = False) -> list[tuple]:
     """(results JSON, document, sample logs) of the newest complete run per checkpoint, sorted by
     checkpoint; `full_only`: runs without --limit only."""
-    from .outputs import complete_runs
+    from harness.outputs import complete_runs
+
     runs, bad = complete_runs(output_path)
     if skipped is not None:
         skipped.extend(bad)
@@ -204,7 +247,10 @@ def latest_runs(output_path: str | Path, skipped: list | None = None, full_only:
         if full_only and (doc.get("config") or {}).get("limit"):
             continue
         k = run_key(doc["model"]) + (" (hint)" if (doc.get("config") or {}).get("scene_hint") else "")
-        if k not in newest or (doc.get("date") or "", run[0].name) >= (newest[k][1].get("date") or "", newest[k][0].name):
+        if k not in newest or (doc.get("date") or "", run[0].name) >= (
+            newest[k][1].get("date") or "",
+            newest[k][0].name,
+        ):
             newest[k] = run
     return [newest[k] for k in sorted(newest)]
 
@@ -223,32 +269,56 @@ def table2(doc: dict) -> str:
 
 
 def markdown(doc: dict) -> str:
-    parts = [f"# CASU results: {display_name(doc)}", "",
-             f"date {doc['date']} · git {doc['git_hash']} · dataset {doc['dataset']['path']} "
-             f"({doc['dataset']['fingerprint']}) · status **{doc['status']}** ({doc['n_errors']} errors)", ""]
+    parts = [
+        f"# CASU results: {display_name(doc)}",
+        "",
+        f"date {doc['date']} · git {doc['git_hash']} · dataset {doc['dataset']['path']} "
+        f"({doc['dataset']['fingerprint']}) · status **{doc['status']}** ({doc['n_errors']} errors)",
+        "",
+    ]
     probe = doc["audio_probe"]
     if doc["config"].get("limit"):
-        parts += [f"> **--limit {doc['config']['limit']}: a subset of each task; for quick checks, not for "
-                  "reporting.**", ""]
+        parts += [
+            f"> **--limit {doc['config']['limit']}: a subset of each task; for quick checks, not for "
+            "reporting.**",
+            "",
+        ]
     if probe.get("status") == "unchanged":
-        parts += ["> **Warning: the audio probe saw no change with silent or swapped audio; the audio is probably "
-                  "not reaching the model.**", ""]
+        parts += [
+            "> **Warning: the audio probe saw no change with silent or swapped audio; the audio is probably "
+            "not reaching the model.**",
+            "",
+        ]
     parts += ["## Table 1 (all layers)", "", table1(doc), ""]
     if len(doc["config"]["conditions"]) > 1:
         parts += ["## Table 2 (layer ablations)", "", table2(doc), ""]
     # The metrics shown with their interval lead, then the family shapes, then the other metrics.
     lead = [m for m in _columns(M.MCQ) if m.with_ci]
     rest = [m for m in _columns(M.MCQ) if not m.with_ci]
-    heads = ["Task", "Condition", "n", *(m.label for m in lead), "Slot acc / fam", "Crossed acc / fam",
-             *(m.label for m in rest)]
+    heads = [
+        "Task",
+        "Condition",
+        "n",
+        *(m.label for m in lead),
+        "Slot acc / fam",
+        "Crossed acc / fam",
+        *(m.label for m in rest),
+    ]
     parts += ["## Per task", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for t, conds in doc["results"].items():
         for c, m in conds.items():
             if "accuracy" not in m:
                 continue
             shapes = m.get("by_family_shape") or {}
-            cells = [t, c, str(m["n"]), *(x.cell(m.get(x.name)) for x in lead), _acc_fam(shapes.get("slot")),
-                     _acc_fam(shapes.get("crossed")), *(x.cell(m.get(x.name)) for x in rest)]
+            cells = [
+                t,
+                c,
+                str(m["n"]),
+                *(x.cell(m.get(x.name)) for x in lead),
+                _acc_fam(shapes.get("slot")),
+                _acc_fam(shapes.get("crossed")),
+                *(x.cell(m.get(x.name)) for x in rest),
+            ]
             parts.append("| " + " | ".join(cells) + " |")
     return "\n".join(parts) + "\n"
 
@@ -276,22 +346,29 @@ def accuracy_plot_data(doc: dict) -> dict:
     if limit:
         n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order() if t in r)
         title = f"PARTIAL (--limit {limit}, n={n}): {title}"
-    return {"bars": bars, "family": any(b["metric"] == "family_accuracy" for b in bars), "partial": bool(limit),
-            "title": title, "condition": full}
+    return {
+        "bars": bars,
+        "family": any(b["metric"] == "family_accuracy" for b in bars),
+        "partial": bool(limit),
+        "title": title,
+        "condition": full,
+    }
 
 
 def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from casu_dataset.atomic import atomic_open
+    from casu_dataset.core.atomic import atomic_open
 
     def save(fig, p):
         with atomic_open(p, "wb") as f:
             fig.savefig(f, dpi=120, format="png")
         plt.close(fig)
+
     r = doc["results"]
     tasks = [t for t in mcq_order() if t in r]
     written = []
@@ -304,8 +381,12 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     width = 0.38 if data["family"] else 0.6
     x = np.arange(len(tasks))
-    for k, (metric, color, label) in enumerate((("accuracy", "#4C72B0", "accuracy (per variant)"),
-                                                ("family_accuracy", "#DD8452", "family accuracy (all 4 right)"))):
+    for k, (metric, color, label) in enumerate(
+        (
+            ("accuracy", "#4C72B0", "accuracy (per variant)"),
+            ("family_accuracy", "#DD8452", "family accuracy (all 4 right)"),
+        )
+    ):
         bars = [b for b in data["bars"] if b["metric"] == metric]
         if not bars:
             continue
@@ -331,8 +412,12 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
     written.append(p)
     conds = doc["config"]["conditions"]
     if len(conds) > 1:
-        grid = np.array([[100 * ((r[t].get(c, {}).get("accuracy") or {}).get("value") or np.nan) for t in tasks]
-                         for c in conds])
+        grid = np.array(
+            [
+                [100 * ((r[t].get(c, {}).get("accuracy") or {}).get("value") or np.nan) for t in tasks]
+                for c in conds
+            ]
+        )
         fig, ax = plt.subplots(figsize=(6, 0.45 * len(conds) + 1.2))
         im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
         ax.set_xticks(range(len(tasks)), [short(t) for t in tasks])
@@ -341,8 +426,11 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
             for j in range(len(tasks)):
                 ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
         ax.set_ylabel("layers kept (P speech, E events, B background)")
-        ax.set_title(data["title"].replace(f" ({data['condition']})", ""), fontsize=9,
-                     color="#B00020" if data["partial"] else "black")
+        ax.set_title(
+            data["title"].replace(f" ({data['condition']})", ""),
+            fontsize=9,
+            color="#B00020" if data["partial"] else "black",
+        )
         fig.colorbar(im, ax=ax, label="accuracy (%)")
         fig.tight_layout()
         p = out_dir / f"ablation_heatmap{stamp}.png"
@@ -364,13 +452,16 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
     Each file goes to a temp name and is renamed into place; CASU's JSON comes last and records
     every sample log's SHA-256, so it marks the run complete (see outputs.check_run). Returns it."""
-    from .outputs import set_aside_orphans, writing
+    from harness.outputs import set_aside_orphans, writing
+
     d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
     stamp = base = doc["date"].replace(":", "-").replace("+00-00", "")
     n = 1
-    while any((d / f"{pre}{stamp}{ext}").exists() for pre, ext in
-              ((CASU_RESULTS, ".json"), ("results_", ".json"), ("results_", ".md"))):  # two runs in a second
+    while any(
+        (d / f"{pre}{stamp}{ext}").exists()
+        for pre, ext in ((CASU_RESULTS, ".json"), ("results_", ".json"), ("results_", ".md"))
+    ):  # two runs in a second
         n += 1
         stamp = f"{base}_{n}"  # sorts after the first: "_" > "."
     set_aside_orphans(d)  # a killed run's sample logs would sit beside these (rows seen twice)
@@ -379,9 +470,9 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
-    from casu_dataset.atomic import atomic_open
+    from casu_dataset.core.atomic import atomic_open
+    from harness.outputs import atomic_write, file_record
 
-    from .outputs import atomic_write, file_record
     logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():
         p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
@@ -399,6 +490,12 @@ def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
     path = d / f"{CASU_RESULTS}{stamp}.json"
     lm = d / f"results_{stamp}.json"  # lm-eval's schema, for tools that read lm-eval output
     atomic_write(lm, json.dumps(view(dict(doc, casu_document=path.name)), indent=2, ensure_ascii=False))
-    atomic_write(path, json.dumps(dict(doc, complete=True, sample_logs=logs, lm_eval_sample_logs=lm_logs,
-                                       lm_eval_view=lm.name), indent=2, ensure_ascii=False))
+    atomic_write(
+        path,
+        json.dumps(
+            dict(doc, complete=True, sample_logs=logs, lm_eval_sample_logs=lm_logs, lm_eval_view=lm.name),
+            indent=2,
+            ensure_ascii=False,
+        ),
+    )
     return path

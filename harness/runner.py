@@ -8,6 +8,7 @@ and ends with the same results. A sample whose call fails is retried alone, then
 as an error; the run goes on. Under torchrun/accelerate the work units are split across
 processes and gathered before scoring, so results do not depend on the process count.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,16 +19,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from casu_dataset.llm.cache import ResponseCache
-from casu_dataset.reader import Row
+from casu_dataset.core.llm.cache import ResponseCache
+from casu_dataset.dataset.reader import Row
+from harness.concurrent import process_concurrently
+from harness.conditions import FULL, Condition
+from harness.data import CasuData
+from harness.parsing import LETTERS, parse_choice
+from harness.prompts import build_prompt, rotate
+from harness.task_config import TaskConfig
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
-
-from .concurrent import process_concurrently
-from .conditions import FULL, Condition
-from .data import CasuData
-from .parsing import LETTERS, parse_choice
-from .prompts import build_prompt, rotate
-from .task_config import TaskConfig
 
 
 @dataclass
@@ -60,8 +60,9 @@ def _h(parts: list) -> str:
 
 def settings_for(task: TaskConfig) -> GenerationSettings:
     g = task.generation
-    return GenerationSettings(max_new_tokens=g.max_new_tokens, do_sample=g.do_sample,
-                              temperature=g.temperature).check()
+    return GenerationSettings(
+        max_new_tokens=g.max_new_tokens, do_sample=g.do_sample, temperature=g.temperature
+    ).check()
 
 
 def choose_mode(task: TaskConfig, adapter: Adapter, scoring: str) -> str:
@@ -76,22 +77,33 @@ def choose_mode(task: TaskConfig, adapter: Adapter, scoring: str) -> str:
     return "loglikelihood" if adapter.prefers_loglikelihood and adapter.supports_loglikelihood else "generate"
 
 
-def make_units(task: TaskConfig, samples: list[Row], conditions: list[Condition], adapter: Adapter,
-               scoring: str, scene_hint: bool, circular: bool, base_key: list,
-               system: str | None = None) -> list[Unit]:
+def make_units(
+    task: TaskConfig,
+    samples: list[Row],
+    conditions: list[Condition],
+    adapter: Adapter,
+    scoring: str,
+    scene_hint: bool,
+    circular: bool,
+    base_key: list,
+    system: str | None = None,
+) -> list[Unit]:
     mode = choose_mode(task, adapter, scoring)
     mcq = task.output_type == "multiple_choice"
     settings = settings_for(task).to_dict()
     units = []
     for s in samples:
         for c in conditions:
-            for r in (range(len(s.options)) if (circular and mcq) else [0]):
+            for r in range(len(s.options)) if (circular and mcq) else [0]:
                 opts, ans = rotate(s.options, s.answer, r) if mcq else ([], "")
                 prompt = build_prompt(task.prompt_template, s.question, opts, s.place if scene_hint else None)
                 u = Unit(task, s, c, r, mode, prompt, opts, ans, system=system)
                 # the system instruction joins the key only when given, so earlier keys stay valid
-                u.key = _h(base_key + [task.task, task.version, s.id, c.name, r, mode, prompt, opts, settings]
-                           + ([{"system": system}] if system is not None else []))
+                u.key = _h(
+                    base_key
+                    + [task.task, task.version, s.id, c.name, r, mode, prompt, opts, settings]
+                    + ([{"system": system}] if system is not None else [])
+                )
                 units.append(u)
     return units
 
@@ -107,6 +119,7 @@ def _prepare_audio(u: Unit, data: CasuData, adapter: Adapter, state: RunState) -
         x = data.audio(u.sample, u.condition)
     if adapter.sample_rate != 16000:
         import soxr
+
         x = soxr.resample(x, 16000, adapter.sample_rate).astype(np.float32)
     if adapter.max_audio_seconds and len(x) > adapter.max_audio_seconds * adapter.sample_rate:
         x = x[: int(adapter.max_audio_seconds * adapter.sample_rate)]
@@ -163,13 +176,24 @@ def interleave(units: list[Unit], group, batch_size: int) -> list[Unit]:
 
     def spread(s):  # a stable pseudo-random rank of the sample's family
         return hashlib.sha256((s.family_id or s.scene_id).encode()).hexdigest()
+
     by_group: dict = {}
-    for u in sorted(units, key=lambda u: (group(u), u.condition.name, spread(u.sample), u.sample.scene_id,
-                                          u.task.task, u.sample.id, u.rotation)):
+    for u in sorted(
+        units,
+        key=lambda u: (
+            group(u),
+            u.condition.name,
+            spread(u.sample),
+            u.sample.scene_id,
+            u.task.task,
+            u.sample.id,
+            u.rotation,
+        ),
+    ):
         by_group.setdefault(group(u), []).append(u)
     chunks = []
     for gi, us in enumerate(by_group.values()):
-        parts = [us[i:i + batch_size] for i in range(0, len(us), batch_size)]
+        parts = [us[i : i + batch_size] for i in range(0, len(us), batch_size)]
         chunks += [((k + 0.5) / len(parts), gi, part) for k, part in enumerate(parts)]
     return [u for _, _, part in sorted(chunks, key=lambda c: (c[0], c[1])) for u in part]
 
@@ -192,9 +216,11 @@ class RunFailures:
         self.failed += sum("error" in r for r in results)
         if self.done >= FAILURE_MIN_REQUESTS and self.failed > FAILURE_RATE_LIMIT * self.done:
             last = next((r["error"] for r in reversed(results) if "error" in r), "")
-            raise AdapterError(f"--model {adapter.name}: {self.failed} of {self.done} requests failed "
-                               f"(over {FAILURE_RATE_LIMIT:.0%}), so the run stops; the answers received are "
-                               f"cached and a rerun resumes from them. Last error: {last}")
+            raise AdapterError(
+                f"--model {adapter.name}: {self.failed} of {self.done} requests failed "
+                f"(over {FAILURE_RATE_LIMIT:.0%}), so the run stops; the answers received are "
+                f"cached and a rerun resumes from them. Last error: {last}"
+            )
 
 
 class PlainProgress:
@@ -212,8 +238,12 @@ class PlainProgress:
                 self.next += self.step
             dt = time.perf_counter() - self.t0
             eta = dt / self.n * (self.total - self.n) if self.n else 0.0
-            print(f"{self.desc}: {self.n}/{self.total} ({100 * self.n / self.total:.0f}%), {dt:.1f} s, "
-                  f"ETA {eta:.0f} s", file=self.file, flush=True)
+            print(
+                f"{self.desc}: {self.n}/{self.total} ({100 * self.n / self.total:.0f}%), {dt:.1f} s, "
+                f"ETA {eta:.0f} s",
+                file=self.file,
+                flush=True,
+            )
 
     def close(self) -> None:
         pass
@@ -222,6 +252,7 @@ class PlainProgress:
 def progress_bar(total: int, desc: str, enabled: bool):
     """tqdm on a terminal; PlainProgress lines elsewhere; nothing when disabled or empty."""
     from tqdm import tqdm
+
     if not enabled or not total:
         return tqdm(total=total, disable=True)
     if not getattr(sys.stderr, "isatty", lambda: False)():
@@ -229,8 +260,16 @@ def progress_bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, file=sys.stderr)
 
 
-def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_size: int, state: RunState,
-            progress: bool = True, shrink_on_oom: bool = False) -> dict[str, dict]:
+def process(
+    units: list[Unit],
+    adapter: Adapter,
+    data: CasuData,
+    cache,
+    batch_size: int,
+    state: RunState,
+    progress: bool = True,
+    shrink_on_oom: bool = False,
+) -> dict[str, dict]:
     """key -> {"response"|"scores"} or {"error"}; cached outputs are reused, new ones cached at once."""
     out: dict[str, dict] = {}
     todo = []
@@ -241,32 +280,55 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
             state.cache_hits += 1
         else:
             todo.append(u)
+
     # Neighbouring units share a scene (its decoded, conditioned audio, and in a cascade its
     # transcript); a batch holds units with one scoring mode and one set of generation settings.
     def group(u):
         return u.mode, tuple(sorted(settings_for(u.task).to_dict().items()))
+
     todo = interleave(todo, group, batch_size)
     bar = progress_bar(len(todo), adapter.name, progress)
     failures = RunFailures()
     if getattr(adapter, "concurrency", 1) > 1:  # an API: requests in flight, whatever the batch size
-        process_concurrently(todo, group, adapter, cache, batch_size, out, bar, failures,
-                             prepare_audio=lambda u: _prepare_audio(u, data, adapter, state),
-                             send=lambda us, reqs: _call(adapter, us, reqs, state),
-                             one_by_one=lambda us, reqs: _one_by_one(adapter, us, reqs, state))
+        process_concurrently(
+            todo,
+            group,
+            adapter,
+            cache,
+            batch_size,
+            out,
+            bar,
+            failures,
+            prepare_audio=lambda u: _prepare_audio(u, data, adapter, state),
+            send=lambda us, reqs: _call(adapter, us, reqs, state),
+            one_by_one=lambda us, reqs: _one_by_one(adapter, us, reqs, state),
+        )
         bar.close()
         return out
     i = 0
     while i < len(todo):
         # the next batch: up to batch_size neighbouring units of one group
         batch = [todo[i]]
-        while len(batch) < batch_size and i + len(batch) < len(todo) and group(todo[i + len(batch)]) == group(batch[0]):
+        while (
+            len(batch) < batch_size
+            and i + len(batch) < len(todo)
+            and group(todo[i + len(batch)]) == group(batch[0])
+        ):
             batch.append(todo[i + len(batch)])
         reqs, ok_units = [], []
         for u in batch:
             try:
-                reqs.append(Request(prompt=u.prompt, audio=_prepare_audio(u, data, adapter, state),
-                                    options=u.options, system=u.system, id=u.sample.id, task=u.task.task,
-                                    kind="answer" if u.task.output_type == "multiple_choice" else "describe"))
+                reqs.append(
+                    Request(
+                        prompt=u.prompt,
+                        audio=_prepare_audio(u, data, adapter, state),
+                        options=u.options,
+                        system=u.system,
+                        id=u.sample.id,
+                        task=u.task.task,
+                        kind="answer" if u.task.output_type == "multiple_choice" else "describe",
+                    )
+                )
                 ok_units.append(u)
             except Exception as err:  # bad audio in one sample: recorded, the rest go on
                 out[u.key] = {"error": f"{type(err).__name__}: {err}"}
@@ -301,6 +363,7 @@ def process(units: list[Unit], adapter: Adapter, data: CasuData, cache, batch_si
 def _free_cuda() -> None:
     try:
         import torch
+
         torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - best effort
         pass
@@ -308,15 +371,28 @@ def _free_cuda() -> None:
 
 def score_unit(u: Unit, res: dict, judge=None) -> dict:
     s = u.sample
-    rec = {"id": s.id, "task": u.task.task, "condition": u.condition.name, "rotation": u.rotation,
-           "scene_id": s.scene_id, "place": s.place, "speech_type": s.speech_type, "layers": s.layers,
-           "minimal_pair_id": s.minimal_pair_id, "mode": u.mode, "question": s.question, "prompt": u.prompt,
-           "options": u.options,
-           "answer": u.answer}
+    rec = {
+        "id": s.id,
+        "task": u.task.task,
+        "condition": u.condition.name,
+        "rotation": u.rotation,
+        "scene_id": s.scene_id,
+        "place": s.place,
+        "speech_type": s.speech_type,
+        "layers": s.layers,
+        "minimal_pair_id": s.minimal_pair_id,
+        "mode": u.mode,
+        "question": s.question,
+        "prompt": u.prompt,
+        "options": u.options,
+        "answer": u.answer,
+    }
     if u.system is not None:
         rec["system"] = u.system
     if s.family_id:
-        rec.update(family_id=s.family_id, variant=s.variant, family_shape=s.family_shape, slot_kind=s.slot_kind)
+        rec.update(
+            family_id=s.family_id, variant=s.variant, family_shape=s.family_shape, slot_kind=s.slot_kind
+        )
     if "error" in res:
         return dict(rec, error=res["error"], correct=False, parsed=None, method="error")
     if u.task.output_type == "multiple_choice":
@@ -330,8 +406,12 @@ def score_unit(u: Unit, res: dict, judge=None) -> dict:
             rec.update(response=res["response"], parsed=p.letter, method=p.method)
         rec["correct"] = rec["parsed"] == u.answer
     else:
-        rec.update(response=res["response"], reference=s.reference, event_descriptions=s.event_descriptions,
-                   turns=s.turns)
+        rec.update(
+            response=res["response"],
+            reference=s.reference,
+            event_descriptions=s.event_descriptions,
+            turns=s.turns,
+        )
     return rec
 
 
@@ -339,19 +419,37 @@ def distributed_state():
     """accelerate's PartialState under torchrun / accelerate launch; None in one process."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from accelerate import PartialState
+
         return PartialState()
     return None
 
 
-def run_units(units: list[Unit], adapter, data, cache, batch_size, state: RunState, progress=True,
-              shrink_on_oom: bool = False) -> dict[str, dict]:
+def run_units(
+    units: list[Unit],
+    adapter,
+    data,
+    cache,
+    batch_size,
+    state: RunState,
+    progress=True,
+    shrink_on_oom: bool = False,
+) -> dict[str, dict]:
     dist = distributed_state()
     if dist is None:
         return process(units, adapter, data, cache, batch_size, state, progress, shrink_on_oom)
     from accelerate.utils import gather_object
+
     with dist.split_between_processes(units) as mine:
-        part = process(list(mine), adapter, data, cache, batch_size, state, progress and dist.is_main_process,
-                       shrink_on_oom)
+        part = process(
+            list(mine),
+            adapter,
+            data,
+            cache,
+            batch_size,
+            state,
+            progress and dist.is_main_process,
+            shrink_on_oom,
+        )
     merged: dict[str, dict] = {}
     for k, v in gather_object([(k, v) for k, v in part.items()]):
         merged[k] = v

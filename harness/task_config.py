@@ -1,6 +1,7 @@
 """A task is a YAML file in tasks/ parsed into a typed, validated `TaskConfig` (as lm-eval does).
 
 Validation happens before any model is loaded; errors name the file and the field."""
+
 from __future__ import annotations
 
 import string
@@ -9,12 +10,19 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from casu_dataset import contract
-from casu_dataset.errors import CasuError
+from casu_dataset.core.errors import CasuError
+from harness import metrics as M
 
-from . import metrics as M
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
 
@@ -32,8 +40,10 @@ def builtin_tasks_dir() -> Path:
         return Path(str(installed))
     checkout = Path(__file__).resolve().parent.parent / "tasks"
     if not checkout.is_dir():
-        raise TaskConfigError(f"no built-in tasks: neither {installed} (an installed wheel) nor {checkout} "
-                              "(a checkout) is a folder; reinstall casu")
+        raise TaskConfigError(
+            f"no built-in tasks: neither {installed} (an installed wheel) nor {checkout} "
+            "(a checkout) is a folder; reinstall casu"
+        )
     return checkout
 
 
@@ -49,8 +59,10 @@ class Generation(BaseModel):
         if self.do_sample and self.temperature <= 0:
             raise ValueError("do_sample: true needs temperature > 0 (set generation.temperature, e.g. 0.7)")
         if not self.do_sample and self.temperature > 0:
-            raise ValueError(f"temperature {self.temperature} has no effect without do_sample: true "
-                             "(decoding is greedy); set do_sample: true or drop temperature")
+            raise ValueError(
+                f"temperature {self.temperature} has no effect without do_sample: true "
+                "(decoding is greedy); set do_sample: true or drop temperature"
+            )
         return self
 
 
@@ -87,9 +99,12 @@ class TaskConfig(BaseModel):
         names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
         unknown = sorted(names - TEMPLATE_FIELDS)
         if unknown:
-            raise ValueError(f"unknown placeholder(s) {unknown}; allowed: {sorted(TEMPLATE_FIELDS)} "
-                             "(write a literal brace as {{ or }})")
-        from .prompts import build_prompt
+            raise ValueError(
+                f"unknown placeholder(s) {unknown}; allowed: {sorted(TEMPLATE_FIELDS)} "
+                "(write a literal brace as {{ or }})"
+            )
+        from harness.prompts import build_prompt
+
         try:  # render it as the run will, so format specs, conversions and stray braces fail here
             build_prompt(v, "Q?", ["a", "b"], "kitchen")
         except (ValueError, KeyError, IndexError, AttributeError) as err:
@@ -100,8 +115,10 @@ class TaskConfig(BaseModel):
     def _consistent(self):
         mcq = self.answer_format == "letter"
         if mcq != (self.output_type == "multiple_choice"):
-            raise ValueError("answer_format 'letter' goes with output_type 'multiple_choice', "
-                             "'free_text' with 'generate_until'")
+            raise ValueError(
+                "answer_format 'letter' goes with output_type 'multiple_choice', "
+                "'free_text' with 'generate_until'"
+            )
         wrong = sorted(set(self.metrics) - set(M.listable(self.output_type)))
         if wrong:
             raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
@@ -113,18 +130,26 @@ class TaskConfig(BaseModel):
             raise ValueError("dataset_config 'scenes' holds scenes and stems, not questions")
         holder = contract.task_of_config(self.dataset_config)
         if holder is not None and mcq and not holder.is_mcq:
-            raise ValueError(f"dataset_config {self.dataset_config!r} has no options: use output_type generate_until")
+            raise ValueError(
+                f"dataset_config {self.dataset_config!r} has no options: use output_type generate_until"
+            )
         if holder is not None and not mcq and holder.is_mcq:
-            raise ValueError(f"dataset_config {self.dataset_config!r} holds multiple-choice questions without "
-                             "references: use output_type multiple_choice")
+            raise ValueError(
+                f"dataset_config {self.dataset_config!r} holds multiple-choice questions without "
+                "references: use output_type multiple_choice"
+            )
         spec = contract.registered_task(self.task)
         if spec is not None:
             if spec.kind != KIND[self.output_type]:
-                raise ValueError(f"task {self.task!r} is registered as {spec.kind} (casu_dataset.contract): "
-                                 f"output_type {self.output_type!r} does not match")
+                raise ValueError(
+                    f"task {self.task!r} is registered as {spec.kind} (casu_dataset.contract): "
+                    f"output_type {self.output_type!r} does not match"
+                )
             if spec.dataset_config != self.dataset_config:
-                raise ValueError(f"task {self.task!r} is registered with dataset_config {spec.dataset_config!r} "
-                                 f"(casu_dataset.contract), not {self.dataset_config!r}")
+                raise ValueError(
+                    f"task {self.task!r} is registered with dataset_config {spec.dataset_config!r} "
+                    f"(casu_dataset.contract), not {self.dataset_config!r}"
+                )
         return self
 
     @property
@@ -145,7 +170,9 @@ def load_task(path: str | Path) -> TaskConfig:
     except OSError as err:
         raise TaskConfigError(f"{path}: cannot read it ({err.strerror})") from None
     except UnicodeDecodeError as err:
-        raise TaskConfigError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8") from None
+        raise TaskConfigError(
+            f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         raise TaskConfigError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
@@ -194,7 +221,9 @@ def select_tasks(spec: str, tasks: dict[str, TaskConfig]) -> list[TaskConfig]:
         else:
             tagged = {k: t for k, t in tasks.items() if name in t.tags}
             if not tagged:
-                raise TaskConfigError(f"--tasks {name!r}: no such task or tag; tasks: {', '.join(sorted(tasks))}")
+                raise TaskConfigError(
+                    f"--tasks {name!r}: no such task or tag; tasks: {', '.join(sorted(tasks))}"
+                )
             chosen.update(tagged)
     if not chosen:
         raise TaskConfigError("--tasks: nothing selected")

@@ -3,8 +3,16 @@
 `get_adapter(name)` imports only the module that defines `name`, so `--model random` never
 imports torch or transformers. See `registry.py` for the names.
 """
-from .base import Adapter, AdapterError, GenerationSettings, Request
-from .registry import adapter_names, get_adapter, make_adapter
 
-__all__ = ["Adapter", "AdapterError", "GenerationSettings", "Request", "adapter_names", "get_adapter",
-           "make_adapter"]
+from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
+from model_adapters.registry import adapter_names, get_adapter, make_adapter
+
+__all__ = [
+    "Adapter",
+    "AdapterError",
+    "GenerationSettings",
+    "Request",
+    "adapter_names",
+    "get_adapter",
+    "make_adapter",
+]

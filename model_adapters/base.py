@@ -1,4 +1,5 @@
 """The adapter interface: batches of (16 kHz audio, prompt) in, texts (or option scores) out."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -6,24 +7,26 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from casu_dataset.content_key import content_key
-from casu_dataset.errors import CasuError
-
+from casu_dataset.core.content_key import content_key
+from casu_dataset.core.errors import CasuError
 
 
 class AdapterError(CasuError, RuntimeError):
     """A model cannot be loaded or run; the message names the model and what to do."""
+
     exit_code = 3
 
 
 class ModelArgsError(AdapterError, ValueError):
     """A --model_args value of the wrong type or out of range, or a key the adapter does not take."""
+
     exit_code = 2
 
 
 @dataclass(frozen=True)
 class GenerationSettings:
     """Greedy by default; every field is recorded with the results."""
+
     max_new_tokens: int = 128
     do_sample: bool = False
     temperature: float = 0.0
@@ -54,6 +57,7 @@ ChatTemplateUse = Literal["always", "never"]
 @dataclass
 class Request:
     """One model call. `audio` is mono float32 at the adapter's sample rate, or None (text only)."""
+
     prompt: str
     audio: np.ndarray | None = None
     options: list[str] = field(default_factory=list)  # the replies scored by loglikelihood()
@@ -82,6 +86,7 @@ class Adapter:
     `Request.system` (`--system_instruction`) is the conversation's system turn where the
     adapter has one; it replaces the adapter's own default system prompt.
     """
+
     name = "adapter"
     version = 1  # bump when the adapter's outputs change for the same inputs (it keys the cache)
     sample_rate = 16000
@@ -115,32 +120,42 @@ class Adapter:
         the flag: the adapter renders no chat template, or it has no template of that name."""
         if isinstance(choice, str):
             if not choice.strip():
-                raise ValueError("--apply_chat_template: empty template name; give none (the default template) "
-                                 "or a name")
+                raise ValueError(
+                    "--apply_chat_template: empty template name; give none (the default template) or a name"
+                )
             choice = choice.strip()
         elif choice is not None and not isinstance(choice, bool):
             raise ValueError(f"--apply_chat_template {choice!r}: give true or a template name")
         if choice and self.chat_template_use == "never":
-            raise ValueError(f"--apply_chat_template: --model {self.name} {self.chat_template_how}; drop the flag")
+            raise ValueError(
+                f"--apply_chat_template: --model {self.name} {self.chat_template_how}; drop the flag"
+            )
         if isinstance(choice, str) and choice != "default":
             names = self.chat_template_names()
             if choice not in names:
-                raise ValueError(f"--apply_chat_template {choice}: --model {self.name} has no chat template named "
-                                 f"{choice!r}; available: {', '.join(['default', *names])}")
+                raise ValueError(
+                    f"--apply_chat_template {choice}: --model {self.name} has no chat template named "
+                    f"{choice!r}; available: {', '.join(['default', *names])}"
+                )
             self.chat_template_name = choice
         return self.chat_template_setting()
 
     def chat_template_setting(self) -> dict:
         """What --apply_chat_template means for this adapter, as recorded in the results config."""
-        return {"apply_chat_template": self.chat_template_use == "always",
-                "chat_template_name": self.chat_template_name, "chat_template_how": self.chat_template_how}
+        return {
+            "apply_chat_template": self.chat_template_use == "always",
+            "chat_template_name": self.chat_template_name,
+            "chat_template_how": self.chat_template_how,
+        }
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         raise NotImplementedError
 
     def loglikelihood(self, requests: list[Request]) -> list[list[float]]:
         """Per request, one score per option (higher is more likely)."""
-        raise AdapterError(f"{self.name}: this adapter cannot score options; use generation (--scoring generate)")
+        raise AdapterError(
+            f"{self.name}: this adapter cannot score options; use generation (--scoring generate)"
+        )
 
     def model_meta(self) -> dict:
         """What the loaded model turned out to be, for lm-eval's config block (model_num_parameters,
@@ -160,8 +175,11 @@ class Adapter:
 
     def info(self) -> dict:
         """What identifies the model's outputs: recorded in results and part of the cache key."""
-        d = {"adapter": self.name, "version": self.version,
-             "model_args": {k: str(v) for k, v in sorted(self.model_args.items())}}
+        d = {
+            "adapter": self.name,
+            "version": self.version,
+            "model_args": {k: str(v) for k, v in sorted(self.model_args.items())},
+        }
         if self.chat_template_name:  # only when chosen, so the default keeps earlier cache keys
             d["chat_template"] = self.chat_template_name
         return d
@@ -209,10 +227,20 @@ def _auto(v: str):
 
 
 # Ranges of numeric arguments, by name, whichever adapter takes them: (lowest, lowest allowed itself?).
-ARG_RANGES = {"seed": (0, True), "concurrency": (1, True), "max_retries": (0, True), "timeout": (0, False),
-              "backoff": (0, True), "max_new_tokens": (1, True), "num_beams": (1, True), "temperature": (0, True),
-              "top_p": (0, False), "batch_size": (1, True), "delay": (0, True),
-              "rate_limit_wait": (0, True)}
+ARG_RANGES = {
+    "seed": (0, True),
+    "concurrency": (1, True),
+    "max_retries": (0, True),
+    "timeout": (0, False),
+    "backoff": (0, True),
+    "max_new_tokens": (1, True),
+    "num_beams": (1, True),
+    "temperature": (0, True),
+    "top_p": (0, False),
+    "batch_size": (1, True),
+    "delay": (0, True),
+    "rate_limit_wait": (0, True),
+}
 _KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
 
@@ -220,6 +248,7 @@ def adapter_params(cls) -> tuple[dict[str, set[str]], bool]:
     """({argument: allowed kinds (int, float, bool, str; empty = unchecked)}, takes other keys?),
     from the __init__ signatures along the class's MRO (a **kwargs __init__ passes keys on)."""
     import inspect
+
     params: dict[str, set[str]] = {}
     for c in cls.__mro__:
         if c is Adapter or c is object:
@@ -239,6 +268,7 @@ def adapter_params(cls) -> tuple[dict[str, set[str]], bool]:
 
 def _kinds(annotation, default) -> set[str]:
     import inspect
+
     if annotation is inspect.Parameter.empty:
         t = type(default).__name__ if default not in (inspect.Parameter.empty, None) else ""
         return {t} if t in _KINDS else set()
@@ -249,8 +279,11 @@ def _kinds(annotation, default) -> set[str]:
 
 def _typed(name: str, k: str, v, kinds: set[str]):
     import math
-    bad = ModelArgsError(f"bad --model_args {k}={v!r}: {name} expects " + " or ".join(
-        _KINDS[x] for x in sorted(kinds, key=list(_KINDS).index)))
+
+    bad = ModelArgsError(
+        f"bad --model_args {k}={v!r}: {name} expects "
+        + " or ".join(_KINDS[x] for x in sorted(kinds, key=list(_KINDS).index))
+    )
     if not kinds:
         return _auto(v) if isinstance(v, str) else v
     if isinstance(v, str):
@@ -274,9 +307,18 @@ def _typed(name: str, k: str, v, kinds: set[str]):
         if "str" in kinds:
             return v
         raise bad
-    ok = (isinstance(v, bool) and "bool" in kinds) or (not isinstance(v, bool) and (
-        (isinstance(v, int) and kinds & {"int", "float"}) or (isinstance(v, float) and "float" in kinds)
-        or (isinstance(v, str) and "str" in kinds))) or v is None
+    ok = (
+        (isinstance(v, bool) and "bool" in kinds)
+        or (
+            not isinstance(v, bool)
+            and (
+                (isinstance(v, int) and kinds & {"int", "float"})
+                or (isinstance(v, float) and "float" in kinds)
+                or (isinstance(v, str) and "str" in kinds)
+            )
+        )
+        or v is None
+    )
     if not ok:
         raise bad
     return v
@@ -292,11 +334,15 @@ def check_model_args(cls, name: str, args: dict) -> dict:
         if k in refused and k not in params:
             raise ModelArgsError(f"bad --model_args {k}={v}: {name} does not support it ({refused[k]})")
         if k not in params and not extra:
-            raise ModelArgsError(f"bad --model_args {k}: {name} takes {', '.join(sorted(params)) or 'no arguments'}")
+            raise ModelArgsError(
+                f"bad --model_args {k}: {name} takes {', '.join(sorted(params)) or 'no arguments'}"
+            )
         v = _typed(name, k, v, params.get(k, set()))
         if k in ARG_RANGES and isinstance(v, (int, float)) and not isinstance(v, bool):
             lo, inclusive = ARG_RANGES[k]
             if v < lo or (v == lo and not inclusive):
-                raise ModelArgsError(f"bad --model_args {k}={v!r}: {name} needs {k} {'>=' if inclusive else '>'} {lo}")
+                raise ModelArgsError(
+                    f"bad --model_args {k}={v!r}: {name} needs {k} {'>=' if inclusive else '>'} {lo}"
+                )
         out[k] = v
     return out

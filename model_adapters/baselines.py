@@ -1,20 +1,23 @@
 """Reference points: a seeded random chooser and a blind reasoner that never hears the audio."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from casu_dataset.contract import LETTERS, derive_rng
-
-from .base import Adapter, GenerationSettings, Request
-from .cascade import Cascade
+from model_adapters.base import Adapter, GenerationSettings, Request
+from model_adapters.cascade import Cascade
 
 
 class RandomBaseline(Adapter):
     """Seeded random letter per question (chance level); empty text for open-ended prompts."""
+
     name = "random"
     uses_audio = False
     supports_loglikelihood = True
-    chat_template_how = "renders no prompt at all (a seeded random letter; --system_instruction is ignored too)"
+    chat_template_how = (
+        "renders no prompt at all (a seeded random letter; --system_instruction is ignored too)"
+    )
 
     def __init__(self, seed: int = 0, device: str = "cpu"):
         super().__init__(seed=seed)  # device is not part of the fingerprint: the draws do not depend on it
@@ -25,7 +28,9 @@ class RandomBaseline(Adapter):
         return derive_rng(None, f"{self.seed}|{req.id}|{req.prompt}")
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
-        return [f"Answer: {LETTERS[self._rng(r).integers(len(r.options))]}" if r.options else "" for r in requests]
+        return [
+            f"Answer: {LETTERS[self._rng(r).integers(len(r.options))]}" if r.options else "" for r in requests
+        ]
 
     def loglikelihood(self, requests: list[Request]) -> list[list[float]]:
         return [list(self._rng(r).random(len(r.options))) for r in requests]
@@ -33,6 +38,7 @@ class RandomBaseline(Adapter):
 
 class BlindBaseline(Cascade):
     """The cascade's reasoner with the question only (no transcript, no caption, no audio)."""
+
     name = "blind"
     uses_audio = False
 

@@ -13,23 +13,27 @@ For scene description the cascade's text is its perception output, as in the pap
 rows: the caption (when there is a captioner) followed by the quoted transcript; the reasoner
 is not asked to rewrite it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 
-from casu_dataset.content_key import content_key
+from casu_dataset.core.content_key import content_key
+from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
-from .base import Adapter, AdapterError, GenerationSettings, Request
-
-CAPTION_PROMPT = ("Describe the sounds in this audio: the background environment and every distinct sound event, "
-                  "in order. Do not transcribe the speech.")
+CAPTION_PROMPT = (
+    "Describe the sounds in this audio: the background environment and every distinct sound event, "
+    "in order. Do not transcribe the speech."
+)
 
 
 def _context_text(transcript: str | None, caption: str | None) -> str:
     parts = ["You cannot hear the audio. This is what was extracted from it."]
     if transcript is not None:
-        parts.append(f'Speech transcript: "{transcript}"' if transcript else "Speech transcript: (no speech detected)")
+        parts.append(
+            f'Speech transcript: "{transcript}"' if transcript else "Speech transcript: (no speech detected)"
+        )
     if caption is not None:
         parts.append(f"Sound description: {caption}")
     return "\n".join(parts)
@@ -57,6 +61,7 @@ def cpu_threads(threads: int | None = None) -> int:
 
 def set_cpu_threads(threads: int | None = None) -> int:
     import torch
+
     n = cpu_threads(threads)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
@@ -65,6 +70,7 @@ def set_cpu_threads(threads: int | None = None) -> int:
 
 class Cascade(Adapter):
     """Transcriber (+ optional captioner) -> text reasoner; offline default Whisper tiny.en + SmolLM2-135M."""
+
     name = "cascade"
     version = 2  # 2: the transcript is a separately cached prompt segment
     supports_loglikelihood = True
@@ -76,10 +82,20 @@ class Cascade(Adapter):
     chat_template_use = "always"
     chat_template_how = "always prompts the reasoner through its chat template (no named templates)"
 
-    def __init__(self, transcriber: str = "whisper", transcriber_model: str | None = None, captioner: str | None = None,
-                 reasoner: str = "smollm2", reasoner_base_url: str | None = None, reasoner_model: str | None = None,
-                 normalize: str = "mean", device: str = "cpu", threads: int | None = None, **extra):
-        captioner_args = {k[len("captioner_"):]: v for k, v in extra.items() if k.startswith("captioner_")}
+    def __init__(
+        self,
+        transcriber: str = "whisper",
+        transcriber_model: str | None = None,
+        captioner: str | None = None,
+        reasoner: str = "smollm2",
+        reasoner_base_url: str | None = None,
+        reasoner_model: str | None = None,
+        normalize: str = "mean",
+        device: str = "cpu",
+        threads: int | None = None,
+        **extra,
+    ):
+        captioner_args = {k[len("captioner_") :]: v for k, v in extra.items() if k.startswith("captioner_")}
         unknown = [k for k in extra if not k.startswith("captioner_")]
         if unknown:
             raise TypeError(f"unexpected arguments {unknown}")
@@ -87,9 +103,16 @@ class Cascade(Adapter):
             raise ValueError(f"cascade: normalize must be mean or sum, got {normalize!r}")
         if transcriber not in ("whisper", "none"):
             raise ValueError(f"cascade: transcriber must be whisper or none, got {transcriber!r}")
-        super().__init__(transcriber=transcriber, transcriber_model=transcriber_model, captioner=captioner,
-                         reasoner=reasoner, reasoner_base_url=reasoner_base_url, reasoner_model=reasoner_model,
-                         normalize=normalize, **{f"captioner_{k}": v for k, v in captioner_args.items()})
+        super().__init__(
+            transcriber=transcriber,
+            transcriber_model=transcriber_model,
+            captioner=captioner,
+            reasoner=reasoner,
+            reasoner_base_url=reasoner_base_url,
+            reasoner_model=reasoner_model,
+            normalize=normalize,
+            **{f"captioner_{k}": v for k, v in captioner_args.items()},
+        )
         self.transcriber_name = transcriber
         self.transcriber_model = transcriber_model
         self.captioner_name = captioner
@@ -104,15 +127,19 @@ class Cascade(Adapter):
         self._texts: dict[str, tuple] = {}
         self._scores: dict[str, list] = {}
         if reasoner == "openai":
-            from casu_dataset.llm.backends import BackendError, OpenAIBackend
+            from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
+
             try:
                 self._api = OpenAIBackend(reasoner_base_url, reasoner_model)
             except BackendError as err:
                 raise AdapterError(f"cascade reasoner: {err}") from None
             self.supports_loglikelihood = self.prefers_loglikelihood = False
-            self.chat_template_how = "always prompts the reasoner API as a chat (its server applies the template)"
+            self.chat_template_how = (
+                "always prompts the reasoner API as a chat (its server applies the template)"
+            )
         else:
-            from casu_dataset.llm.local import LocalLM
+            from casu_dataset.core.llm.local import LocalLM
+
             self._api = None
             self._lm = LocalLM(reasoner, device=device)
 
@@ -127,6 +154,7 @@ class Cascade(Adapter):
             return None
         if self._asr is None:
             from casu_dataset.contract import whisper_checker
+
             try:
                 self._asr = whisper_checker(self.transcriber_model, device=self.device)
             except RuntimeError as err:
@@ -137,10 +165,12 @@ class Cascade(Adapter):
         if not self.captioner_name:
             return None
         if self._captioner is None:
-            from .registry import make_adapter
+            from model_adapters.registry import make_adapter
+
             self._captioner = make_adapter(self.captioner_name, self.captioner_args)
-        return self._captioner.generate([Request(prompt=CAPTION_PROMPT, audio=audio)],
-                                        GenerationSettings(max_new_tokens=200))[0]
+        return self._captioner.generate(
+            [Request(prompt=CAPTION_PROMPT, audio=audio)], GenerationSettings(max_new_tokens=200)
+        )[0]
 
     def _texts_of(self, req: Request) -> tuple[str | None, str | None] | None:
         """(transcript, caption) of the request's clip, computed once per clip; None without audio."""
@@ -180,7 +210,11 @@ class Cascade(Adapter):
                 continue
             msgs = self._messages(r)
             if self._api is not None:
-                out.append(self._api.complete(msgs, max_tokens=settings.max_new_tokens, temperature=settings.temperature))
+                out.append(
+                    self._api.complete(
+                        msgs, max_tokens=settings.max_new_tokens, temperature=settings.temperature
+                    )
+                )
             else:
                 out.append(self._lm.chat(msgs, max_new_tokens=settings.max_new_tokens))
         return out

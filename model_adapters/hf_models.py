@@ -8,6 +8,7 @@ Batches are left-padded with attention masks and decoded greedily (`do_sample=Fa
 `num_beams=1`), so a sample's output does not depend on what it is batched with (tested
 with tiny random models in tests/test_adapters.py).
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,26 +16,30 @@ import os
 
 import numpy as np
 
-from casu_dataset.audio_io import wav_bytes
-
-from .base import Adapter, AdapterError, GenerationSettings, Request
+from casu_dataset.core.audio_io import wav_bytes
+from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 
 def _torch_dtype(name: str, device: str):
     import torch
+
     if name == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
         return getattr(torch, name)
     except AttributeError:
-        raise AdapterError(f"--model_args dtype={name!r}: not a torch dtype (float32, bfloat16, float16, auto)") from None
+        raise AdapterError(
+            f"--model_args dtype={name!r}: not a torch dtype (float32, bfloat16, float16, auto)"
+        ) from None
 
 
 def _chat_template(path: str, tokenizer, revision: str | None = None) -> str | dict | None:
     """The checkpoint's chat template; a dict {name: template} when it has named ones
     (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors keep them."""
     import json
+
     from transformers.utils import cached_file
+
     own = getattr(tokenizer, "chat_template", None)
     for fname in ("chat_template.jinja", "chat_template.json"):
         f = cached_file(path, fname, _raise_exceptions_for_missing_entries=False, revision=revision)
@@ -47,6 +52,7 @@ def _chat_template(path: str, tokenizer, revision: str | None = None) -> str | d
 
 class HFAudioLM(Adapter):
     """Base for transformers audio LMs; subclasses set the class names and the conversation."""
+
     default_model = ""
     model_class = ""
     supports_loglikelihood = True
@@ -55,8 +61,10 @@ class HFAudioLM(Adapter):
     positions_from_mask = True  # False where the model derives (multimodal) positions itself
     group_by_audio_length = False  # True where the audio encoder does not mask padded frames
     chat_template_use = "always"
-    chat_template_how = ("always uses the model's chat template (its audio placeholder comes from it); a NAME picks "
-                         "one of the processor's named templates")
+    chat_template_how = (
+        "always uses the model's chat template (its audio placeholder comes from it); a NAME picks "
+        "one of the processor's named templates"
+    )
 
     # lm-eval HFLM / transformers keys this loader does not pass on: refused by name
     refused_args = {
@@ -80,23 +88,48 @@ class HFAudioLM(Adapter):
     ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
     BNB_QUANT_TYPES = ("nf4", "fp4")
 
-    def __init__(self, pretrained: str | None = None, dtype: str = "auto", device: str | None = None,
-                 device_map: str | None = None, attn_implementation: str | None = None,
-                 trust_remote_code: bool = False, system_prompt: str | None = None, revision: str | None = None,
-                 load_in_4bit: bool = False, load_in_8bit: bool = False, bnb_4bit_compute_dtype: str | None = None,
-                 bnb_4bit_quant_type: str | None = None, bnb_4bit_use_double_quant: bool = False):
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        dtype: str = "auto",
+        device: str | None = None,
+        device_map: str | None = None,
+        attn_implementation: str | None = None,
+        trust_remote_code: bool = False,
+        system_prompt: str | None = None,
+        revision: str | None = None,
+        load_in_4bit: bool = False,
+        load_in_8bit: bool = False,
+        bnb_4bit_compute_dtype: str | None = None,
+        bnb_4bit_quant_type: str | None = None,
+        bnb_4bit_use_double_quant: bool = False,
+    ):
         """Every argument reaches the loader: `revision` (a Hub branch, tag or commit; recorded with
         the commit it resolved to as model_sha), `load_in_4bit` / `load_in_8bit` and the `bnb_4bit_*`
         options (a bitsandbytes quantization_config), `attn_implementation`, `device_map`, `dtype`.
         Any other key is refused by name (ModelArgsError) before the weights load."""
-        from .base import ModelArgsError
-        extra = {k: v for k, v in dict(revision=revision, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit,
-                                       bnb_4bit_compute_dtype=bnb_4bit_compute_dtype,
-                                       bnb_4bit_quant_type=bnb_4bit_quant_type,
-                                       bnb_4bit_use_double_quant=bnb_4bit_use_double_quant).items()
-                 if v not in (None, False)}  # only when given, so earlier fingerprints stay valid
-        super().__init__(pretrained=pretrained or self.default_model, dtype=dtype, device=device,
-                         device_map=device_map, attn_implementation=attn_implementation, **extra)
+        from model_adapters.base import ModelArgsError
+
+        extra = {
+            k: v
+            for k, v in dict(
+                revision=revision,
+                load_in_4bit=load_in_4bit,
+                load_in_8bit=load_in_8bit,
+                bnb_4bit_compute_dtype=bnb_4bit_compute_dtype,
+                bnb_4bit_quant_type=bnb_4bit_quant_type,
+                bnb_4bit_use_double_quant=bnb_4bit_use_double_quant,
+            ).items()
+            if v not in (None, False)
+        }  # only when given, so earlier fingerprints stay valid
+        super().__init__(
+            pretrained=pretrained or self.default_model,
+            dtype=dtype,
+            device=device,
+            device_map=device_map,
+            attn_implementation=attn_implementation,
+            **extra,
+        )
         self.pretrained = pretrained or self.default_model
         self.device = device or ("cuda" if _cuda() else "cpu")
         self.dtype_name = dtype
@@ -104,33 +137,54 @@ class HFAudioLM(Adapter):
         self.attn_implementation = attn_implementation
         self.trust_remote_code = trust_remote_code
         self.revision = revision
-        if revision is not None and (not revision.strip() or os.path.isdir(os.path.expanduser(self.pretrained))):
-            raise ModelArgsError(f"bad --model_args revision={revision!r}: " + (
-                "empty" if not revision.strip() else
-                f"pretrained={self.pretrained} is a local folder, which has no revisions; give the Hub repo id "
-                "(its revision is taken from the Hub cache) or drop revision="))
+        if revision is not None and (
+            not revision.strip() or os.path.isdir(os.path.expanduser(self.pretrained))
+        ):
+            raise ModelArgsError(
+                f"bad --model_args revision={revision!r}: "
+                + (
+                    "empty"
+                    if not revision.strip()
+                    else f"pretrained={self.pretrained} is a local folder, which has no revisions; give the Hub repo id "
+                    "(its revision is taken from the Hub cache) or drop revision="
+                )
+            )
         if attn_implementation is not None and attn_implementation not in self.ATTN_IMPLEMENTATIONS:
-            raise ModelArgsError(f"bad --model_args attn_implementation={attn_implementation!r}: "
-                                 f"{self.name} takes {', '.join(self.ATTN_IMPLEMENTATIONS)}")
+            raise ModelArgsError(
+                f"bad --model_args attn_implementation={attn_implementation!r}: "
+                f"{self.name} takes {', '.join(self.ATTN_IMPLEMENTATIONS)}"
+            )
         if load_in_4bit and load_in_8bit:
             raise ModelArgsError("bad --model_args load_in_4bit=true,load_in_8bit=true: choose one")
-        bnb4 = {"bnb_4bit_compute_dtype": bnb_4bit_compute_dtype, "bnb_4bit_quant_type": bnb_4bit_quant_type,
-                "bnb_4bit_use_double_quant": bnb_4bit_use_double_quant or None}
+        bnb4 = {
+            "bnb_4bit_compute_dtype": bnb_4bit_compute_dtype,
+            "bnb_4bit_quant_type": bnb_4bit_quant_type,
+            "bnb_4bit_use_double_quant": bnb_4bit_use_double_quant or None,
+        }
         given4 = [k for k, v in bnb4.items() if v is not None]
         if given4 and not load_in_4bit:
             raise ModelArgsError(f"bad --model_args {given4[0]}: only with load_in_4bit=true")
         if bnb_4bit_quant_type is not None and bnb_4bit_quant_type not in self.BNB_QUANT_TYPES:
             raise ModelArgsError(f"bad --model_args bnb_4bit_quant_type={bnb_4bit_quant_type!r}: nf4 or fp4")
-        if bnb_4bit_compute_dtype is not None and bnb_4bit_compute_dtype not in ("float32", "bfloat16", "float16"):
-            raise ModelArgsError(f"bad --model_args bnb_4bit_compute_dtype={bnb_4bit_compute_dtype!r}: float32, "
-                                 "bfloat16 or float16")
+        if bnb_4bit_compute_dtype is not None and bnb_4bit_compute_dtype not in (
+            "float32",
+            "bfloat16",
+            "float16",
+        ):
+            raise ModelArgsError(
+                f"bad --model_args bnb_4bit_compute_dtype={bnb_4bit_compute_dtype!r}: float32, "
+                "bfloat16 or float16"
+            )
         self.quantization = None
         if load_in_4bit or load_in_8bit:
             import importlib.util
+
             key = "load_in_4bit" if load_in_4bit else "load_in_8bit"
             if importlib.util.find_spec("bitsandbytes") is None:
-                raise ModelArgsError(f"bad --model_args {key}=true: needs bitsandbytes (pip install bitsandbytes; "
-                                     "CUDA GPUs), which is not installed")
+                raise ModelArgsError(
+                    f"bad --model_args {key}=true: needs bitsandbytes (pip install bitsandbytes; "
+                    "CUDA GPUs), which is not installed"
+                )
             self.quantization = {key: True, **{k: v for k, v in bnb4.items() if v is not None}}
         if system_prompt is not None:
             self.system_prompt = system_prompt or None
@@ -151,10 +205,12 @@ class HFAudioLM(Adapter):
     # -- loading ------------------------------------------------------------------------
     def load_processor(self, path: str):
         from transformers import AutoProcessor
+
         return AutoProcessor.from_pretrained(path, trust_remote_code=self.trust_remote_code, **self._hub_kw())
 
     def load_model(self, path: str, **kw):
         import transformers
+
         cls = getattr(transformers, self.model_class)
         return cls.from_pretrained(path, **kw)
 
@@ -168,6 +224,7 @@ class HFAudioLM(Adapter):
             kw["attn_implementation"] = self.attn_implementation
         if self.quantization:
             from transformers import BitsAndBytesConfig
+
             q = dict(self.quantization)
             if q.get("bnb_4bit_compute_dtype"):
                 q["bnb_4bit_compute_dtype"] = _torch_dtype(q["bnb_4bit_compute_dtype"], self.device)
@@ -192,11 +249,13 @@ class HFAudioLM(Adapter):
             return {}
         params = list(self._model.parameters())
         cfg = getattr(self._model, "config", None)
-        return {"model_num_parameters": int(sum(p.numel() for p in params)),
-                "model_dtype": str(params[0].dtype) if params else None,
-                "model_revision": self.revision or "main",
-                # the commit the revision resolved to in the Hub cache; None for a local folder
-                "model_sha": self._commit_sha() or getattr(cfg, "_commit_hash", None)}
+        return {
+            "model_num_parameters": int(sum(p.numel() for p in params)),
+            "model_dtype": str(params[0].dtype) if params else None,
+            "model_revision": self.revision or "main",
+            # the commit the revision resolved to in the Hub cache; None for a local folder
+            "model_sha": self._commit_sha() or getattr(cfg, "_commit_hash", None),
+        }
 
     def _commit_sha(self) -> str | None:
         """The commit of the loaded files: the Hub cache's snapshot folder the revision points to
@@ -205,6 +264,7 @@ class HFAudioLM(Adapter):
             return None
         try:
             from huggingface_hub import try_to_load_from_cache
+
             f = try_to_load_from_cache(self.pretrained, "config.json", revision=self.revision)
         except Exception:  # noqa: BLE001 - informational: a bad id already failed to load
             return None
@@ -224,10 +284,13 @@ class HFAudioLM(Adapter):
         tok = self._tokenizer if self._processor is not None else None
         if tok is None or not hasattr(tok, "eos_token"):
             return {}
-        return {"tokenizer_pad_token": [str(tok.pad_token), str(tok.pad_token_id)],
-                "tokenizer_eos_token": [str(tok.eos_token), str(tok.eos_token_id)],
-                "tokenizer_bos_token": [str(tok.bos_token), str(tok.bos_token_id)],
-                "eot_token_id": tok.eos_token_id, "max_length": self._max_length(tok)}
+        return {
+            "tokenizer_pad_token": [str(tok.pad_token), str(tok.pad_token_id)],
+            "tokenizer_eos_token": [str(tok.eos_token), str(tok.eos_token_id)],
+            "tokenizer_bos_token": [str(tok.bos_token), str(tok.bos_token_id)],
+            "eot_token_id": tok.eos_token_id,
+            "max_length": self._max_length(tok),
+        }
 
     def _max_length(self, tok) -> int | None:
         """lm-eval's max_length: the model's context (max_position_embeddings of its text config),
@@ -255,7 +318,8 @@ class HFAudioLM(Adapter):
         return AdapterError(
             f"--model {self.name}: cannot load {self.pretrained!r} ({type(err).__name__}: {msg}). "
             f"Give a local folder with --model_args pretrained=PATH, or download the weights first"
-            f"{' (HF_HUB_OFFLINE=1 is set, so nothing is fetched)' if offline else ''}.")
+            f"{' (HF_HUB_OFFLINE=1 is set, so nothing is fetched)' if offline else ''}."
+        )
 
     def chat_template_names(self) -> list[str]:
         proc = self._load_processor()
@@ -279,16 +343,18 @@ class HFAudioLM(Adapter):
 
     # -- prompts ------------------------------------------------------------------------
     def conversation(self, req: Request) -> list[dict]:
-        content = ([{"type": "audio", "audio": "<audio>"}] if req.audio is not None else []) + \
-            [{"type": "text", "text": req.prompt}]
+        content = ([{"type": "audio", "audio": "<audio>"}] if req.audio is not None else []) + [
+            {"type": "text", "text": req.prompt}
+        ]
         system = req.system if req.system is not None else self.system_prompt
         sys_msg = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
         return sys_msg + [{"role": "user", "content": content}]
 
     def prompt_text(self, req: Request) -> str:
         named = {"chat_template": self.chat_template_name} if self.chat_template_name else {}
-        return self._processor.apply_chat_template(self.conversation(req), add_generation_prompt=True, tokenize=False,
-                                                   **named)
+        return self._processor.apply_chat_template(
+            self.conversation(req), add_generation_prompt=True, tokenize=False, **named
+        )
 
     def encode(self, texts: list[str], audios: list[np.ndarray | None]):
         kw = {"text": texts, "return_tensors": "pt", "text_kwargs": {"padding": True, "padding_side": "left"}}
@@ -301,6 +367,7 @@ class HFAudioLM(Adapter):
 
     def _to_device(self, batch):
         import torch
+
         model_dtype = next(self._model.parameters()).dtype
         out = {}
         for k, v in batch.items():
@@ -312,7 +379,9 @@ class HFAudioLM(Adapter):
         return out
 
     def inputs(self, requests: list[Request]):
-        return self._to_device(self.encode([self.prompt_text(r) for r in requests], [r.audio for r in requests]))
+        return self._to_device(
+            self.encode([self.prompt_text(r) for r in requests], [r.audio for r in requests])
+        )
 
     # -- calls --------------------------------------------------------------------------
     def generation_model(self):
@@ -338,7 +407,9 @@ class HFAudioLM(Adapter):
     def _generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         batch = self.inputs(requests)
         tok = self._tokenizer
-        gen = dict(max_new_tokens=settings.max_new_tokens, do_sample=settings.do_sample, num_beams=settings.num_beams)
+        gen = dict(
+            max_new_tokens=settings.max_new_tokens, do_sample=settings.do_sample, num_beams=settings.num_beams
+        )
         if settings.do_sample:
             gen.update(temperature=settings.temperature, top_p=settings.top_p)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -356,6 +427,7 @@ class HFAudioLM(Adapter):
 
     def _loglikelihood(self, requests: list[Request]) -> list[list[float]]:
         import torch
+
         tok = self._tokenizer
         rows, texts, audios = [], [], []
         for i, r in enumerate(requests):
@@ -385,6 +457,7 @@ class HFAudioLM(Adapter):
 def _cuda() -> bool:
     try:
         import torch
+
         return torch.cuda.is_available()
     except ImportError:
         return False
@@ -392,6 +465,7 @@ def _cuda() -> bool:
 
 class Qwen2Audio(HFAudioLM):
     """Qwen2-Audio-7B-Instruct (audio encoder + Qwen2 LM); `<|AUDIO|>` placeholder; 30 s per clip."""
+
     name = "qwen2-audio"
     default_model = "Qwen/Qwen2-Audio-7B-Instruct"
     model_class = "Qwen2AudioForConditionalGeneration"
@@ -400,24 +474,33 @@ class Qwen2Audio(HFAudioLM):
 
 class _OmniThinker(HFAudioLM):
     """Omni models run through the thinker only: text output, no talker, greedy decoding."""
+
     full_class = ""
     processor_class = ""
     positions_from_mask = False  # M-RoPE positions come from the model's own get_rope_index
-    system_prompt = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
-                     "perceiving auditory and visual inputs, as well as generating text and speech.")
+    system_prompt = (
+        "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
+        "perceiving auditory and visual inputs, as well as generating text and speech."
+    )
 
     def load_processor(self, path: str):
         import transformers
         from transformers import AutoFeatureExtractor, AutoTokenizer
-        from .audio_only import audio_only_processor
+
+        from model_adapters.audio_only import audio_only_processor
+
         tok = AutoTokenizer.from_pretrained(path, **self._hub_kw())
-        return audio_only_processor(getattr(transformers, self.processor_class),
-                                    AutoFeatureExtractor.from_pretrained(path, **self._hub_kw()),
-                                    tok, _chat_template(path, tok, **self._hub_kw()))
+        return audio_only_processor(
+            getattr(transformers, self.processor_class),
+            AutoFeatureExtractor.from_pretrained(path, **self._hub_kw()),
+            tok,
+            _chat_template(path, tok, **self._hub_kw()),
+        )
 
     def load_model(self, path: str, **kw):
         import transformers
         from transformers import AutoConfig
+
         cfg = AutoConfig.from_pretrained(path, **self._hub_kw())
         if cfg.model_type.endswith("_thinker"):
             return getattr(transformers, self.model_class).from_pretrained(path, **kw)
@@ -428,6 +511,7 @@ class _OmniThinker(HFAudioLM):
 
 class Qwen25Omni(_OmniThinker):
     """Qwen2.5-Omni-7B thinker (text output only), with Qwen's default system prompt."""
+
     name = "qwen2.5-omni"
     default_model = "Qwen/Qwen2.5-Omni-7B"
     model_class = "Qwen2_5OmniThinkerForConditionalGeneration"
@@ -438,6 +522,7 @@ class Qwen25Omni(_OmniThinker):
 
 class Qwen3Omni(_OmniThinker):
     """Qwen3-Omni-30B-A3B-Instruct thinker (MoE, text output only)."""
+
     name = "qwen3-omni"
     default_model = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
     model_class = "Qwen3OmniMoeThinkerForConditionalGeneration"
@@ -449,6 +534,7 @@ class Qwen3Omni(_OmniThinker):
 
 class AudioFlamingo3(HFAudioLM):
     """NVIDIA Audio Flamingo 3 (transformers port); `<sound>` placeholder, 30 s windows up to 10 min."""
+
     name = "audio-flamingo-3"
     default_model = "nvidia/audio-flamingo-3-hf"
     model_class = "AudioFlamingo3ForConditionalGeneration"
@@ -457,6 +543,7 @@ class AudioFlamingo3(HFAudioLM):
 
 class Phi4Multimodal(HFAudioLM):
     """Microsoft Phi-4-multimodal-instruct (native transformers class); `<|audio|>` placeholder."""
+
     name = "phi-4-multimodal"
     default_model = "microsoft/Phi-4-multimodal-instruct"
     model_class = "Phi4MultimodalForCausalLM"
@@ -466,22 +553,36 @@ class Phi4Multimodal(HFAudioLM):
     group_by_audio_length = True
 
     def load_processor(self, path: str):
-        from transformers import AutoFeatureExtractor, AutoTokenizer, Phi4MultimodalProcessor
-        from .audio_only import audio_only_processor
+        from transformers import (
+            AutoFeatureExtractor,
+            AutoTokenizer,
+            Phi4MultimodalProcessor,
+        )
+
+        from model_adapters.audio_only import audio_only_processor
+
         tok = AutoTokenizer.from_pretrained(path, **self._hub_kw())
-        return audio_only_processor(Phi4MultimodalProcessor, AutoFeatureExtractor.from_pretrained(path, **self._hub_kw()),
-                                    tok, _chat_template(path, tok, **self._hub_kw()), audio_slot="audio_processor")
+        return audio_only_processor(
+            Phi4MultimodalProcessor,
+            AutoFeatureExtractor.from_pretrained(path, **self._hub_kw()),
+            tok,
+            _chat_template(path, tok, **self._hub_kw()),
+            audio_slot="audio_processor",
+        )
 
 
 class Voxtral(HFAudioLM):
     """Mistral Voxtral (Mini 3B / Small 24B); mistral-common tokenizer, audio sent as WAV in the chat."""
+
     name = "voxtral"
     default_model = "mistralai/Voxtral-Mini-3B-2507"
     model_class = "VoxtralForConditionalGeneration"
     supports_loglikelihood = False  # the mistral-common chat encoder has no "prompt + fixed reply" form
     max_audio_seconds = 1800.0
-    chat_template_how = ("always uses mistral-common's chat encoding (no named templates; before tokenizer v11 a "
-                         "system instruction leads the user turn, as a system message beside audio is refused)")
+    chat_template_how = (
+        "always uses mistral-common's chat encoding (no named templates; before tokenizer v11 a "
+        "system instruction leads the user turn, as a system message beside audio is refused)"
+    )
 
     def chat_template_names(self) -> list[str]:
         return []  # mistral-common builds the chat itself; there is no Jinja template to choose
@@ -492,12 +593,15 @@ class Voxtral(HFAudioLM):
         except ImportError:
             raise AdapterError("--model voxtral needs mistral-common (pip install mistral-common)") from None
         from transformers import AutoProcessor
+
         return AutoProcessor.from_pretrained(path, **self._hub_kw())
 
     def conversation(self, req: Request) -> list[dict]:
         content = []
         if req.audio is not None:
-            content.append({"type": "audio", "base64": base64.b64encode(wav_bytes(req.audio, self.sample_rate)).decode()})
+            content.append(
+                {"type": "audio", "base64": base64.b64encode(wav_bytes(req.audio, self.sample_rate)).decode()}
+            )
         system = req.system if req.system is not None else self.system_prompt
         prompt = req.prompt
         if system and req.audio is not None and not self._system_beside_audio():
@@ -516,6 +620,10 @@ class Voxtral(HFAudioLM):
 
     def inputs(self, requests: list[Request]):
         batch = self._processor.apply_chat_template(
-            [self.conversation(r) for r in requests], tokenize=True, return_dict=True, return_tensors="pt",
-            processor_kwargs={"text_kwargs": {"padding": True}})
+            [self.conversation(r) for r in requests],
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+            processor_kwargs={"text_kwargs": {"padding": True}},
+        )
         return self._to_device(batch)

@@ -9,8 +9,9 @@ counting as a retry, and a request that still fails is a failed sample (reported
 the next run), not the end of the run. 401/403/404 stop the run: no request can succeed.
 The key comes from the environment (`api_key_env`, default
 OPENAI_API_KEY) and is sent only in the Authorization header. The HTTP client is the `openai` SDK
-(through casu_dataset.llm.backends.OpenAIBackend).
+(through casu_dataset.core.llm.backends.OpenAIBackend).
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .base import Adapter, AdapterError, GenerationSettings, Request
-from casu_dataset.errors import CasuError
+from casu_dataset.core.errors import CasuError
+from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 
 def wav16_b64(audio: np.ndarray, sr: int) -> str:
     import soundfile as sf
+
     buf = io.BytesIO()
     sf.write(buf, np.clip(audio, -1, 1), sr, format="WAV", subtype="PCM_16")
     return base64.b64encode(buf.getvalue()).decode()
@@ -34,29 +36,47 @@ def wav16_b64(audio: np.ndarray, sr: int) -> str:
 class RequestFailed(CasuError, RuntimeError):
     """One request failed after its retries (not an AdapterError: the harness records the
     sample as failed, does not cache it, and goes on)."""
+
     exit_code = 3
 
 
 class OpenAIAudio(Adapter):
     """OpenAI-compatible chat API with `input_audio` (GPT-4o audio, vLLM audio servers)."""
+
     name = "openai-audio"
     max_audio_seconds = 600.0
     chat_template_use = "always"
     chat_template_how = "is a chat API: the server applies its chat template (no named templates from here)"
     limits_in_flight = True  # OpenAIBackend's semaphore: at most `concurrency` requests on the wire
 
-    def __init__(self, model: str | None = None, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 4, timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0,
-                 system_prompt: str | None = None, rate_limit_wait: float = 300.0):
+    def __init__(
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 4,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        backoff: float = 1.0,
+        system_prompt: str | None = None,
+        rate_limit_wait: float = 300.0,
+    ):
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env)
-        from casu_dataset.llm.backends import BackendError, OpenAIBackend
+        from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
+
         if concurrency < 1:
             raise ValueError(f"openai-audio: concurrency must be >= 1, got {concurrency}")
         try:
-            self.api = OpenAIBackend(base_url or os.environ.get("OPENAI_BASE_URL"), model,
-                                     api_key=os.environ.get(api_key_env, ""), timeout=timeout,
-                                     max_retries=max_retries, backoff=backoff, concurrency=int(concurrency),
-                                     rate_limit_wait=float(rate_limit_wait))
+            self.api = OpenAIBackend(
+                base_url or os.environ.get("OPENAI_BASE_URL"),
+                model,
+                api_key=os.environ.get(api_key_env, ""),
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+                concurrency=int(concurrency),
+                rate_limit_wait=float(rate_limit_wait),
+            )
         except BackendError as err:
             raise AdapterError(f"--model openai-audio: {err} (--model_args model=NAME)") from None
         self.concurrency = int(concurrency)
@@ -65,17 +85,27 @@ class OpenAIAudio(Adapter):
     def messages(self, req: Request) -> list[dict]:
         content = []
         if req.audio is not None:
-            content.append({"type": "input_audio",
-                            "input_audio": {"data": wav16_b64(req.audio, self.sample_rate), "format": "wav"}})
+            content.append(
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": wav16_b64(req.audio, self.sample_rate), "format": "wav"},
+                }
+            )
         content.append({"type": "text", "text": req.prompt})
         system = req.system if req.system is not None else self.system_prompt
-        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+        return ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": content}
+        ]
 
     def _one(self, req: Request, settings: GenerationSettings) -> str:
-        from casu_dataset.llm.backends import BackendError
+        from casu_dataset.core.llm.backends import BackendError
+
         try:
-            return self.api.complete(self.messages(req), max_tokens=settings.max_new_tokens,
-                                     temperature=settings.temperature if settings.do_sample else 0.0)
+            return self.api.complete(
+                self.messages(req),
+                max_tokens=settings.max_new_tokens,
+                temperature=settings.temperature if settings.do_sample else 0.0,
+            )
         except BackendError as err:
             if err.transient:  # this request failed; the server works: a failed sample, the run goes on
                 raise RequestFailed(f"openai-audio: {err}") from None

@@ -1,11 +1,18 @@
 """Every adapter name -> "module:Class", in this one table; a module is imported only when
 one of its names is asked for, so `--model random` never imports torch or transformers.
 Adapters defined outside this package are given as `package.module:Class` directly."""
+
 from __future__ import annotations
 
 import importlib
 
-from .base import Adapter, AdapterError, ModelArgsError, check_model_args, parse_model_args
+from model_adapters.base import (
+    Adapter,
+    AdapterError,
+    ModelArgsError,
+    check_model_args,
+    parse_model_args,
+)
 
 MODELS = {
     "random": "model_adapters.baselines:RandomBaseline",
@@ -43,8 +50,10 @@ def get_adapter(name: str) -> type[Adapter]:
         return _load(MODELS[name], name)
     if ":" in name:
         return _load(name, name)
-    raise AdapterError(f"--model {name!r}: unknown model; choose one of {', '.join(adapter_names())} "
-                       "(or module:Class for your own adapter)")
+    raise AdapterError(
+        f"--model {name!r}: unknown model; choose one of {', '.join(adapter_names())} "
+        "(or module:Class for your own adapter)"
+    )
 
 
 def make_adapter(name: str, model_args: str | dict | None = None) -> Adapter:

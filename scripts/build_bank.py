@@ -1,10 +1,11 @@
-"""Build the embedded sound bank (casu_dataset/bank/) from shared/soundbank-sources.
+"""Build the embedded sound bank (casu_dataset/sounds/bank/) from shared/soundbank-sources.
 
 Run once by a maintainer (`python scripts/build_bank.py [SOURCES]`); its output is committed.
 Per clip: mono, events trimmed of leading/trailing silence and capped in length, unusable
 clips dropped with a reason, the curated caption and keywords from bank_captions.txt, and
 author/license from the source package's Debian copyright file.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,12 +21,12 @@ import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "casu_dataset" / "bank"
-MAX_EVENT_S = 12.0     # an "event" longer than this is a bed; keep its start
-MAX_BED_S = 60.0       # beds are cut at a seeded offset anyway; 60 s keeps the repo small
+MAX_EVENT_S = 12.0  # an "event" longer than this is a bed; keep its start
+MAX_BED_S = 60.0  # beds are cut at a seeded offset anyway; 60 s keeps the repo small
 MIN_S = 0.2
 SILENT_PEAK = 10 ** (-45 / 20)  # peak under -45 dBFS: near-silent
 CLIP_LEVEL = 0.999
-CLIP_FRACTION = 0.01            # over 1% of samples at full scale: audibly clipped, unusable
+CLIP_FRACTION = 0.01  # over 1% of samples at full scale: audibly clipped, unusable
 
 
 def read_captions() -> dict[str, tuple[str, list[str]]]:
@@ -115,8 +116,16 @@ def main(src: Path) -> None:
         stem = f.stem
         kind_tag, typ, name = stem.split("__", 2)
         kind = {"ba": "background", "ev": "event"}[kind_tag]
-        row = next((r for r in rows if r["kind"] == kind and r["type"].split(" ")[0] == typ
-                    and Path(r["path_in_package_or_container"]).stem == name), None)
+        row = next(
+            (
+                r
+                for r in rows
+                if r["kind"] == kind
+                and r["type"].split(" ")[0] == typ
+                and Path(r["path_in_package_or_container"]).stem == name
+            ),
+            None,
+        )
         if row is None:
             dropped.append({"file": f.name, "reason": "no row in mapping.csv"})
             continue
@@ -168,15 +177,27 @@ def main(src: Path) -> None:
         caption, keywords = captions[stem]
         if not 3 <= len(keywords) <= 8:
             raise SystemExit(f"scripts/bank_captions.txt: {stem}: {len(keywords)} keywords (need 3-8)")
-        clips.append({
-            "id": stem, "kind": kind, "type": typ, "caption": caption, "keywords": keywords,
-            "file": f"audio/{out_name}", "duration": round(dur, 3), "sample_rate": sr,
-            "source_package": pkg, "source_path": row["path_in_package_or_container"],
-            "source_title": title, "author": first_author(stanza.get("copyright", "")) or None,
-            "license": license_, "license_file": f"licenses/{pkg}.txt",
-        })
+        clips.append(
+            {
+                "id": stem,
+                "kind": kind,
+                "type": typ,
+                "caption": caption,
+                "keywords": keywords,
+                "file": f"audio/{out_name}",
+                "duration": round(dur, 3),
+                "sample_rate": sr,
+                "source_package": pkg,
+                "source_path": row["path_in_package_or_container"],
+                "source_title": title,
+                "author": first_author(stanza.get("copyright", "")) or None,
+                "license": license_,
+                "license_file": f"licenses/{pkg}.txt",
+            }
+        )
     manifest = {
-        "name": "casu-embedded-bank", "version": 1,
+        "name": "casu-embedded-bank",
+        "version": 1,
         "description": "Real recordings from Debian main packages for the CASU embedded sound bank.",
         "num_clips": len(clips),
         "num_dropped": len(dropped),
@@ -205,9 +226,11 @@ def write_attribution(clips: list[dict], dropped: list[dict]) -> None:
         "| --- | --- | --- | --- | --- |",
     ]
     for c in clips:
-        lines.append(f"| {c['id']} | {c['source_package']} | {c['source_path']} | "
-                     f"{(c['author'] or 'see licenses/' + c['source_package'] + '.txt').replace('|', '/')} | "
-                     f"{c['license'].replace('|', '/')} |")
+        lines.append(
+            f"| {c['id']} | {c['source_package']} | {c['source_path']} | "
+            f"{(c['author'] or 'see licenses/' + c['source_package'] + '.txt').replace('|', '/')} | "
+            f"{c['license'].replace('|', '/')} |"
+        )
     (OUT / "ATTRIBUTION.md").write_text("\n".join(lines) + "\n")
 
 

@@ -4,6 +4,7 @@ The test session is hermetic: every cache (CASU's, Hugging Face's datasets cache
 lives in one temp folder made at import time, before any library reads its cache setting, and
 removed at the end of the session. Model weights already in the Hugging Face hub cache stay
 readable (offline, read-only)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,13 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def _hub_cache() -> str:
     if os.environ.get("HF_HUB_CACHE"):
         return os.environ["HF_HUB_CACHE"]
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"
+    )
     return os.path.join(os.path.expanduser(home), "hub")
 
 
 def _remove_dead_sessions() -> None:
     """Session folders of test runs that were killed (no clean-up hook ran)."""
-    from casu_dataset.atomic import pid_alive
+    from casu_dataset.core.atomic import pid_alive
+
     for d in Path(tempfile.gettempdir()).glob("casu-tests-*-*"):
         pid = d.name.split("-")[2]
         if pid.isdigit() and not pid_alive(int(pid)):
@@ -41,15 +45,17 @@ def _remove_dead_sessions() -> None:
 _remove_dead_sessions()
 SESSION_DIR = Path(tempfile.mkdtemp(prefix=f"casu-tests-{os.getpid()}-"))
 _hub = _hub_cache()
-os.environ.update({
-    "CASU_CACHE": str(SESSION_DIR / "casu"),
-    "HF_HOME": str(SESSION_DIR / "hf"),
-    "HF_DATASETS_CACHE": str(SESSION_DIR / "hf" / "datasets"),
-    "MPLCONFIGDIR": str(SESSION_DIR / "matplotlib"),
-    # Chromium (review test), dconf and other tools' per-user caches and settings.
-    "XDG_CACHE_HOME": str(SESSION_DIR / "xdg-cache"),
-    "XDG_CONFIG_HOME": str(SESSION_DIR / "xdg-config"),
-})
+os.environ.update(
+    {
+        "CASU_CACHE": str(SESSION_DIR / "casu"),
+        "HF_HOME": str(SESSION_DIR / "hf"),
+        "HF_DATASETS_CACHE": str(SESSION_DIR / "hf" / "datasets"),
+        "MPLCONFIGDIR": str(SESSION_DIR / "matplotlib"),
+        # Chromium (review test), dconf and other tools' per-user caches and settings.
+        "XDG_CACHE_HOME": str(SESSION_DIR / "xdg-cache"),
+        "XDG_CONFIG_HOME": str(SESSION_DIR / "xdg-config"),
+    }
+)
 if os.path.isdir(_hub):
     os.environ["HF_HUB_CACHE"] = _hub  # pre-downloaded weights, read offline
 
@@ -66,7 +72,8 @@ def session_cache() -> Path:
 
 @pytest.fixture(scope="session")
 def clips_dir() -> Path:
-    from casu_dataset.bank import bank_dir
+    from casu_dataset.sounds.bank import bank_dir
+
     return bank_dir() / "audio"
 
 
@@ -77,8 +84,10 @@ def speech_wavs(tmp_path_factory) -> list[Path]:
     assert flite, "flite is required for these tests: `make setup` installs it (apt-get install flite)"
     d = tmp_path_factory.mktemp("speech")
     out = []
-    for voice, text in [("slt", "It's time to go, everyone. Please line up by the door."),
-                        ("kal16", "Okay, we are coming right now.")]:
+    for voice, text in [
+        ("slt", "It's time to go, everyone. Please line up by the door."),
+        ("kal16", "Okay, we are coming right now."),
+    ]:
         p = d / f"{voice}.wav"
         subprocess.run([flite, "-voice", voice, "-t", text, "-o", str(p)], check=True)
         out.append(p)
@@ -90,14 +99,20 @@ V1_SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one has
 
 
 def _builder(cache: Path):
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.mixer import MixConfig
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
+    from casu_dataset.mix.mixer import MixConfig
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    return SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
-                        VoiceRegistry().available(), MixConfig(), None)
+
+    return SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=cache),
+        SpeechSynth(cache),
+        VoiceRegistry().available(),
+        MixConfig(),
+        None,
+    )
 
 
 def build_small(out: Path, lib_dir: Path):
@@ -105,8 +120,9 @@ def build_small(out: Path, lib_dir: Path):
     a library file of those families is written to `lib_dir`, then built as `casu build` does."""
     import yaml
 
-    from casu_dataset.build import build_dataset
-    from casu_dataset.scenarios.families import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+
     docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
     lib_dir.mkdir(parents=True, exist_ok=True)
     lib = lib_dir / "families.yaml"
@@ -119,20 +135,25 @@ def build_small_v1(out: Path, lib_dir: Path):
     """Build the V1_SCENES of the v1 library into `out` (review decisions next to it are applied)."""
     import yaml
 
-    from casu_dataset.build import build_dataset
-    from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.legacy.library import DEFAULT_DIR, compile_library
+
     docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]
     lib_dir.mkdir(parents=True, exist_ok=True)
-    (lib_dir / "lib.yaml").write_text(yaml.safe_dump([s for s in docs if s["id"] in V1_SCENES], sort_keys=False))
+    (lib_dir / "lib.yaml").write_text(
+        yaml.safe_dump([s for s in docs if s["id"] in V1_SCENES], sort_keys=False)
+    )
     cache = Path(os.environ["CASU_CACHE"])
-    return build_dataset(out, compile_library(lib_dir / "lib.yaml"), _builder(cache), seed=0, cache_dir=cache,
-                         progress=False)
+    return build_dataset(
+        out, compile_library(lib_dir / "lib.yaml"), _builder(cache), seed=0, cache_dir=cache, progress=False
+    )
 
 
 @pytest.fixture(scope="session")
 def casu_small(tmp_path_factory) -> Path:
     """A real built CASU v2 dataset of two contrast families (8 scenes), for the harness."""
     import json
+
     d = tmp_path_factory.mktemp("casu_small")
     rep = build_small(d / "out", d)
     assert len(rep.built) == 4 * len(HARNESS_FAMILIES) and not rep.skipped, json.dumps(rep.skipped)
@@ -144,6 +165,7 @@ def casu_small_v1(tmp_path_factory) -> Path:
     """A real built v1 dataset of a few scenes (5 with the pair variants), for tests about v1 data
     (minimal pairs, v1 scene ids)."""
     import json
+
     d = tmp_path_factory.mktemp("casu_small_v1")
     rep = build_small_v1(d / "out", d)
     assert len(rep.built) == 5, json.dumps(rep.skipped)
@@ -159,10 +181,15 @@ def transformers_serve(model_dir: str):
     import threading
     import time
     import urllib.request
+
     exe = os.path.join(os.path.dirname(sys.executable), "transformers")
-    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", "0", model_dir],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        [exe, "serve", "--host", "127.0.0.1", "--port", "0", model_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     ports: queue.Queue = queue.Queue()
     tail: list[str] = []
 
@@ -173,6 +200,7 @@ def transformers_serve(model_dir: str):
             if m:
                 ports.put(int(m.group(1)))
         ports.put(None)
+
     threading.Thread(target=drain, daemon=True).start()
     try:
         try:
@@ -199,10 +227,11 @@ def transformers_serve(model_dir: str):
 
 @pytest.fixture(autouse=True)
 def _forget_registered_secrets():
-    """Keys a test registers with casu_dataset.redact stay that test's: a later test's paths and
+    """Keys a test registers with casu_dataset.core.redact stay that test's: a later test's paths and
     messages must not be masked because an earlier one used a key made of common words."""
     yield
-    from casu_dataset import redact
+    from casu_dataset.core import redact
+
     redact._EXTRA.clear()
 
 
@@ -210,6 +239,7 @@ def call_main(main, argv) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of a CLI `main(argv)` run in this process."""
     import contextlib
     import io
+
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

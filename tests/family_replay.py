@@ -7,6 +7,7 @@ read, and the views critics keep plausible exactly the options the design keeps 
 read (matched by option text, since the generated family's letters differ from the library's).
 `overrides[kind](messages, reply) -> reply` changes one kind's reply for a failure test.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,12 @@ from collections import Counter
 
 import yaml
 
-from casu_dataset.agents.family_agents import prompt_kind
-from casu_dataset.scenarios.families import DEFAULT_V2_DIR
+from casu_dataset.families.agents import prompt_kind
+from casu_dataset.families.compile import DEFAULT_V2_DIR
 
 LIBRARY = {f["id"]: f for f in yaml.safe_load((DEFAULT_V2_DIR / "01_home_school.yaml").read_text())}
 SOURCE = {"slot": LIBRARY["hs_catch_everyone_inside"], "crossed": LIBRARY["hs_gate_mum_or_miss"]}
-TASK = "counterfactual_reasoning"   # both source families have a question for it
+TASK = "counterfactual_reasoning"  # both source families have a question for it
 _SCENE_ID = re.compile(r'"id": ?"([a-z0-9_]+)\.([a-z0-9_.]+)"')
 
 
@@ -29,17 +30,26 @@ def draft_of(lib: dict) -> dict:
     """A library family as the script agent's draft JSON."""
     s = lib["script"]
     ev = next((e for e in s.get("events", []) if e["id"] == lib["slot"]), None)
-    return {"place": s["place"], "speech_type": s["speech_type"], "speakers": s["speakers"],
-            "versions": lib.get("versions"), "turns": s["turns"], "slot": "event" if ev else "background",
-            "slot_after_turn": ev["anchor"]["turn"] if ev else None,
-            "background": {"type": lib["types"]["background"], **s["background"]} if ev else None,
-            "fills": lib["fills"]}
+    return {
+        "place": s["place"],
+        "speech_type": s["speech_type"],
+        "speakers": s["speakers"],
+        "versions": lib.get("versions"),
+        "turns": s["turns"],
+        "slot": "event" if ev else "background",
+        "slot_after_turn": ev["anchor"]["turn"] if ev else None,
+        "background": {"type": lib["types"]["background"], **s["background"]} if ev else None,
+        "fills": lib["fills"],
+    }
 
 
 def _source(messages: list[dict]) -> dict:
     text = " ".join(m["content"] for m in messages)
-    if "Crossed family:" in text or re.search(r'"id": ?"[a-z0-9_]+\.[a-z0-9_]+\.[a-z0-9_]+"', text) \
-            or "(versions in brackets)" in text:
+    if (
+        "Crossed family:" in text
+        or re.search(r'"id": ?"[a-z0-9_]+\.[a-z0-9_]+\.[a-z0-9_]+"', text)
+        or "(versions in brackets)" in text
+    ):
         return SOURCE["crossed"]
     return SOURCE["slot"]
 
@@ -56,8 +66,11 @@ def view_design(user: str) -> tuple[dict, list[str]]:
     question = re.search(r"^Question: (.*)$", user, re.M).group(1)
     src, q = next((f, q) for f in SOURCE.values() for q in f["questions"] if q["q"] == question)
     fills = [f for f, d in src["fills"].items() if d["description"] in user]
-    versions = [v for v in src.get("versions") or []
-                if all(t["text"][v] in user for t in src["script"]["turns"] if isinstance(t["text"], dict))]
+    versions = [
+        v
+        for v in src.get("versions") or []
+        if all(t["text"][v] in user for t in src["script"]["turns"] if isinstance(t["text"], dict))
+    ]
     if fills:
         keys = [k for k in q["options"] if k.split(".")[-1] == fills[0]]
     elif versions:
@@ -91,12 +104,18 @@ def default_reply(messages: list[dict]) -> str:
         key = _SCENE_ID.search(user).group(2)
         question = re.search(r"Question: (.*)\n", user).group(1)
         q = next(q for q in src["questions"] if q["q"] == question)
-        return json.dumps({"answer": options_by_text(user)[q["options"][key]], "reason": "the deciding sound"})
+        return json.dumps(
+            {"answer": options_by_text(user)[q["options"][key]], "reason": "the deciding sound"}
+        )
     if kind == "views":
         q, keys = view_design(user)
         letters = options_by_text(user)
-        return json.dumps({"plausible": sorted(letters[q["options"][k]] for k in keys),
-                           "reason": "the unheard part decides between these"})
+        return json.dumps(
+            {
+                "plausible": sorted(letters[q["options"][k]] for k in keys),
+                "reason": "the unheard part decides between these",
+            }
+        )
     raise AssertionError(f"unexpected prompt kind {kind!r}: {messages[0]['content'][:80]}")
 
 
@@ -108,6 +127,7 @@ def seat(messages: list[dict]) -> int:
 
 class ReplayBackend:
     """A thread-safe backend that answers by prompt kind and counts calls per kind."""
+
     fingerprint = "replay-families"
 
     def __init__(self, overrides: dict | None = None):

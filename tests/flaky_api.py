@@ -5,6 +5,7 @@ answers 429 with Retry-After (or without one), 500, drops the connection, or 200
 a request's n-th attempt is fixed, so runs are repeatable whatever the thread timing. It counts
 requests in flight (and their maximum), every status, and the 200s per prompt, so a test can
 check that every request was answered exactly once."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,18 +18,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FlakyAPI:
-    def __init__(self, latency=(0.02, 0.12), p429=0.15, p500=0.10, pdrop=0.03, retry_after: str | None = "1",
-                 always_fail: str | None = None, fail_code: str = "500"):
+    def __init__(
+        self,
+        latency=(0.02, 0.12),
+        p429=0.15,
+        p500=0.10,
+        pdrop=0.03,
+        retry_after: str | None = "1",
+        always_fail: str | None = None,
+        fail_code: str = "500",
+    ):
         self.latency, self.p429, self.p500, self.pdrop = latency, p429, p500, pdrop
         self.retry_after, self.always_fail, self.fail_code = retry_after, always_fail, fail_code
         self.lock = threading.Lock()
         self.in_flight = self.max_in_flight = 0
         self.status = Counter()
-        self.answered = Counter()   # prompt -> 200 replies
-        self.attempts = Counter()   # prompt -> requests
+        self.answered = Counter()  # prompt -> 200 replies
+        self.attempts = Counter()  # prompt -> requests
 
     def fate(self, prompt: str, attempt: int) -> tuple[str, float]:
-        h = int(hashlib.sha256(f"{prompt}|{attempt}".encode()).hexdigest()[:12], 16) / 16 ** 12
+        h = int(hashlib.sha256(f"{prompt}|{attempt}".encode()).hexdigest()[:12], 16) / 16**12
         lo, hi = self.latency
         lat = lo + (hi - lo) * ((h * 7919) % 1.0)
         if self.always_fail and self.always_fail in prompt:
@@ -51,7 +60,9 @@ class FlakyAPI:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 user = body["messages"][-1]["content"]
-                prompt = user if isinstance(user, str) else next(p["text"] for p in user if p["type"] == "text")
+                prompt = (
+                    user if isinstance(user, str) else next(p["text"] for p in user if p["type"] == "text")
+                )
                 with api.lock:
                     attempt = api.attempts[prompt]
                     api.attempts[prompt] += 1
@@ -69,8 +80,11 @@ class FlakyAPI:
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return
                     code = int(fate)
-                    payload = ({"choices": [{"message": {"role": "assistant", "content": "A"}}]} if code == 200
-                               else {"error": {"message": "slow down" if code == 429 else "internal error"}})
+                    payload = (
+                        {"choices": [{"message": {"role": "assistant", "content": "A"}}]}
+                        if code == 200
+                        else {"error": {"message": "slow down" if code == 429 else "internal error"}}
+                    )
                     data = json.dumps(payload).encode()
                     self.send_response(code)
                     self.send_header("Content-Type", "application/json")
@@ -82,6 +96,7 @@ class FlakyAPI:
                 finally:
                     with api.lock:
                         api.in_flight -= 1
+
         return H
 
     def __enter__(self) -> str:

@@ -9,12 +9,10 @@ ints, lists and dicts: num_fewshot, metric_list, generation_kwargs), and `git_ha
 (lm_eval/utils.py's get_git_commit_hash returns None outside a git checkout, e.g. an installed
 package, and simple_evaluate writes it as is).
 """
+
 from typing import Any, Literal
 
 from typing_extensions import NotRequired, TypedDict
-
-
-
 
 """Full evaluation results returned by ``simple_evaluate()`` and ``evaluate()``.
 

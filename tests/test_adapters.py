@@ -1,22 +1,27 @@
 """Model adapters: every transformers family on a tiny random-weight model (its real path,
 processor -> generate -> decode), batch-size invariance, clear load errors, lazy imports,
 the API adapter against a real `transformers serve` process, the cascade and baselines."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models as tiny
+from conftest import transformers_serve
 
 from model_adapters import AdapterError, GenerationSettings, Request, make_adapter
 from model_adapters.openai_audio import RequestFailed
-import tiny_models as tiny
 
-from conftest import transformers_serve
-
-FAMILIES = {"qwen2-audio": tiny.build_qwen2_audio, "qwen2.5-omni": tiny.build_qwen2_5_omni,
-            "qwen3-omni": tiny.build_qwen3_omni, "audio-flamingo-3": tiny.build_audio_flamingo3,
-            "phi-4-multimodal": tiny.build_phi4_multimodal, "voxtral": tiny.build_voxtral}
+FAMILIES = {
+    "qwen2-audio": tiny.build_qwen2_audio,
+    "qwen2.5-omni": tiny.build_qwen2_5_omni,
+    "qwen3-omni": tiny.build_qwen3_omni,
+    "audio-flamingo-3": tiny.build_audio_flamingo3,
+    "phi-4-multimodal": tiny.build_phi4_multimodal,
+    "voxtral": tiny.build_voxtral,
+}
 SETTINGS = GenerationSettings(max_new_tokens=6)
 
 
@@ -29,8 +34,10 @@ def tiny_dirs(tmp_path_factory):
 def _requests():
     rng = np.random.default_rng(0)
     auds = [(rng.standard_normal(16000 * n) * 0.1).astype(np.float32) for n in (2, 5, 9)]
-    return [Request(prompt=p, audio=a, options=["A", "the bell", "a siren"], id=str(i))
-            for i, (p, a) in enumerate(zip(["What happens?", "Who speaks here, and why?", "Where?"], auds))]
+    return [
+        Request(prompt=p, audio=a, options=["A", "the bell", "a siren"], id=str(i))
+        for i, (p, a) in enumerate(zip(["What happens?", "Who speaks here, and why?", "Where?"], auds))
+    ]
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
@@ -55,9 +62,14 @@ def test_the_audio_probe_runs_for_each_tiny_adapter(name, tiny_dirs, casu_small)
     from harness.data import CasuData
     from harness.evaluate import EvalOptions, evaluate
     from harness.task_config import load_tasks
+
     a = make_adapter(name, {"pretrained": str(tiny_dirs[name]), "device": "cpu", "dtype": "float32"})
-    ev = evaluate(a, [load_tasks()["contextual_reasoning"]], CasuData(casu_small),
-                  EvalOptions(progress=False, limit=2, probe_n=2, batch_size=2))
+    ev = evaluate(
+        a,
+        [load_tasks()["contextual_reasoning"]],
+        CasuData(casu_small),
+        EvalOptions(progress=False, limit=2, probe_n=2, batch_size=2),
+    )
     # Random weights cannot show audio dependence; the probe must run and report, either way.
     assert ev["audio_probe"]["status"] in ("ok", "unchanged") and len(ev["audio_probe"]["questions"]) == 2
     assert ev["results"]["contextual_reasoning"]["PEB"]["n"] == 2 and not ev["errors"]
@@ -75,7 +87,9 @@ def test_missing_weights_and_unknown_names_fail_clearly(tmp_path):
     with pytest.raises(AdapterError, match="bad --model_args"):
         make_adapter("random", {"colour": "red"})
     with pytest.raises(AdapterError, match="dtype='float8'"):
-        make_adapter("qwen2-audio", {"pretrained": str(tmp_path), "dtype": "float8"}).generate(_requests()[:1], SETTINGS)
+        make_adapter("qwen2-audio", {"pretrained": str(tmp_path), "dtype": "float8"}).generate(
+            _requests()[:1], SETTINGS
+        )
 
 
 def test_salmonn_needs_a_checkout(tmp_path, monkeypatch):
@@ -87,9 +101,11 @@ def test_salmonn_needs_a_checkout(tmp_path, monkeypatch):
 
 
 def test_selecting_a_model_imports_only_what_it_needs():
-    code = ("import sys; from model_adapters import make_adapter; a = make_adapter('random'); "
-            "import harness.evaluate, harness.runner, harness.results; "
-            "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'faster_whisper') if m in sys.modules))")
+    code = (
+        "import sys; from model_adapters import make_adapter; a = make_adapter('random'); "
+        "import harness.evaluate, harness.runner, harness.results; "
+        "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'faster_whisper') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -110,6 +126,7 @@ def test_random_baseline_is_seeded_and_batch_independent():
 def test_cascade_and_blind_on_real_scene_audio(casu_small, tiny_dirs):
     from harness.conditions import FULL
     from harness.data import CasuData
+
     data = CasuData(casu_small)
     s = data.samples("contextual_reasoning")[0]
     audio = data.audio(s, FULL)
@@ -121,8 +138,9 @@ def test_cascade_and_blind_on_real_scene_audio(casu_small, tiny_dirs):
     assert len(scores) == len(s.options) and all(np.isfinite(scores))
     desc = casc.generate([Request(prompt="Describe", audio=audio, kind="describe")], SETTINGS)[0]
     assert desc.startswith('Someone says: "')
-    with_captioner = make_adapter("cascade", {"captioner": "qwen2-audio",
-                                              "captioner_pretrained": str(tiny_dirs["qwen2-audio"])})
+    with_captioner = make_adapter(
+        "cascade", {"captioner": "qwen2-audio", "captioner_pretrained": str(tiny_dirs["qwen2-audio"])}
+    )
     ctx2 = with_captioner._messages(r)[-1]["content"]
     assert "Sound description:" in ctx2 and "Speech transcript:" in ctx2
     blind = make_adapter("blind")
@@ -137,10 +155,12 @@ def test_openai_audio_adapter_against_transformers_serve(tiny_dirs):
     import io
 
     import soundfile as sf
+
     path = str(tiny_dirs["qwen2-audio"])
     with transformers_serve(path) as url:
-        api = make_adapter("openai-audio", {"model": path, "base_url": url,
-                                            "concurrency": 2, "max_retries": 1})
+        api = make_adapter(
+            "openai-audio", {"model": path, "base_url": url, "concurrency": 2, "max_retries": 1}
+        )
         local = make_adapter("qwen2-audio", {"pretrained": path, "dtype": "float32"})
         reqs = _requests()
         for r in reqs:  # what the server decodes: the adapter sends 16-bit PCM WAV
@@ -154,8 +174,15 @@ def test_openai_audio_adapter_against_transformers_serve(tiny_dirs):
 
 def test_openai_audio_request_shape_and_key(monkeypatch):
     monkeypatch.setenv("MY_KEY", "sk-very-secret")
-    a = make_adapter("openai-audio", {"model": "gpt-4o-audio-preview", "base_url": "http://127.0.0.1:9/v1",
-                                      "api_key_env": "MY_KEY", "max_retries": 0})
+    a = make_adapter(
+        "openai-audio",
+        {
+            "model": "gpt-4o-audio-preview",
+            "base_url": "http://127.0.0.1:9/v1",
+            "api_key_env": "MY_KEY",
+            "max_retries": 0,
+        },
+    )
     msgs = a.messages(Request(prompt="What is happening?", audio=np.zeros(1600, np.float32)))
     part = msgs[-1]["content"][0]
     assert part["type"] == "input_audio" and part["input_audio"]["format"] == "wav"
@@ -168,8 +195,14 @@ def test_openai_audio_request_shape_and_key(monkeypatch):
 
 def test_harness_list_shows_every_adapter():
     from model_adapters.registry import adapter_names
-    out = subprocess.run([sys.executable, "-m", "harness", "list"], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout
+
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout
     for name in adapter_names():
         assert f"  {name} " in out
     assert "qwen2.5-omni" in out and "PEB" in out

@@ -3,6 +3,7 @@
 Control flow is driven by a replay backend (a fixed list of replies) so each failure mode is
 hit exactly; the real paths run against SmolLM2-135M locally and through a real
 `transformers serve` process on localhost."""
+
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -10,15 +11,22 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from conftest import transformers_serve
 
-from casu_dataset.agents.pipeline import Candidate, Vote, critic_votes, run_pipeline, script_agent
+from casu_dataset.agents.pipeline import (
+    Candidate,
+    Vote,
+    critic_votes,
+    run_pipeline,
+    script_agent,
+)
 from casu_dataset.agents.structured import StructuredOutputError, ask_json, extract_json
-from casu_dataset.llm.backends import BackendError, OpenAIBackend
-from casu_dataset.llm.cache import CachedBackend, ResponseCache
-from casu_dataset.script import parse_script
+from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
+from casu_dataset.core.llm.cache import CachedBackend, ResponseCache
+from casu_dataset.script.schema import parse_script
 
 
 class Replay:
     """Returns the given replies in order and records what it was asked."""
+
     fingerprint = "replay"
 
     def __init__(self, replies):
@@ -52,12 +60,21 @@ def test_refusal_is_retried_then_reported():
         ask_json(b, [], Vote, "critic", retries=3)
 
 
-SCRIPT_OK = {"place": "station", "speech_type": "monologue",
-             "background": {"description": "trains", "keywords": ["train"]},
-             "speakers": [{"id": "A", "role": "guard", "gender": "male"}],
-             "turns": [{"speaker": "A", "text": "Mind the gap."}],
-             "events": [{"id": "e1", "description": "a train horn", "keywords": ["horn"],
-                         "anchor": {"type": "after_turn", "turn": 0, "offset": 0.3}}]}
+SCRIPT_OK = {
+    "place": "station",
+    "speech_type": "monologue",
+    "background": {"description": "trains", "keywords": ["train"]},
+    "speakers": [{"id": "A", "role": "guard", "gender": "male"}],
+    "turns": [{"speaker": "A", "text": "Mind the gap."}],
+    "events": [
+        {
+            "id": "e1",
+            "description": "a train horn",
+            "keywords": ["horn"],
+            "anchor": {"type": "after_turn", "turn": 0, "offset": 0.3},
+        }
+    ],
+}
 
 
 def test_script_agent_feeds_schema_errors_back():
@@ -70,13 +87,38 @@ def test_script_agent_feeds_schema_errors_back():
 
 
 def test_consensus_filter_keeps_only_agreed_keys():
-    cand = json.dumps({"questions": [{"question": "What sounded?", "options": ["horn", "bell", "dog", "cat"],
-                                      "answer": "A", "rationale": "the horn", "layers": ["event"]}]})
+    cand = json.dumps(
+        {
+            "questions": [
+                {
+                    "question": "What sounded?",
+                    "options": ["horn", "bell", "dog", "cat"],
+                    "answer": "A",
+                    "rationale": "the horn",
+                    "layers": ["event"],
+                }
+            ]
+        }
+    )
+
     def run(votes, m):
-        main = Replay([json.dumps(SCRIPT_OK), '{"description": "A guard speaks, then a train horn sounds."}', cand])
+        main = Replay(
+            [json.dumps(SCRIPT_OK), '{"description": "A guard speaks, then a train horn sounds."}', cand]
+        )
         critics = [Replay([json.dumps({"answer": v}) if v else "no idea"] * 2) for v in votes]
-        return run_pipeline(main, "g1", "station", {"background": [], "event": []}, "monologue",
-                            critics=critics, k=len(votes), m=m, tasks=["entity_extraction"], retries=1)
+        return run_pipeline(
+            main,
+            "g1",
+            "station",
+            {"background": [], "event": []},
+            "monologue",
+            critics=critics,
+            k=len(votes),
+            m=m,
+            tasks=["entity_extraction"],
+            retries=1,
+        )
+
     kept = run(["A", "A", "B"], m=2)
     assert len(kept.kept) == 1 and kept.kept[0]["votes"] == ["A", "A", "B"] and kept.kept[0]["agree"] == 2
     rej = run(["A", "A", "B"], m=3)
@@ -88,8 +130,16 @@ def test_consensus_filter_keeps_only_agreed_keys():
 
 
 def test_pipeline_records_failures_instead_of_crashing():
-    r = run_pipeline(Replay(["nope"] * 3), "g1", "station", {"background": [], "event": []}, "monologue",
-                     k=1, m=1, retries=3)
+    r = run_pipeline(
+        Replay(["nope"] * 3),
+        "g1",
+        "station",
+        {"background": [], "event": []},
+        "monologue",
+        k=1,
+        m=1,
+        retries=3,
+    )
     assert r.script is None and "script agent (g1): no valid output after 3 attempts" in r.failures[0]
 
 
@@ -134,8 +184,11 @@ def _ok(text):
 
 def test_http_backend_retries_falls_back_and_hides_the_key(flaky_server):
     _Flaky.seen.clear()
-    _Flaky.script[:] = [(503, {"error": "busy"}), (400, {"error": "response_format json_schema unsupported"}),
-                        _ok('{"answer": "D"}')]
+    _Flaky.script[:] = [
+        (503, {"error": "busy"}),
+        (400, {"error": "response_format json_schema unsupported"}),
+        _ok('{"answer": "D"}'),
+    ]
     b = OpenAIBackend(flaky_server, "m", api_key="sk-secret-123", backoff=0.01)
     assert ask_json(b, [{"role": "user", "content": "q"}], Vote, "critic").answer == "D"
     assert "response_format" in _Flaky.seen[0][1] and "response_format" not in _Flaky.seen[2][1]
@@ -160,11 +213,17 @@ def test_http_backend_sends_no_key_header_without_a_key_and_reports_bad_replies(
 
 
 def test_real_smollm2_local_structured_vote():
-    from casu_dataset.llm.backends import LocalBackend
+    from casu_dataset.core.llm.backends import LocalBackend
+
     b = LocalBackend()
     script = parse_script({"id": "g1", **SCRIPT_OK})
-    cand = Candidate(question="Which sound follows the guard's warning?", options=["A train horn", "A bell",
-                     "A dog", "Applause"], answer="A", rationale="horn", layers=["event"])
+    cand = Candidate(
+        question="Which sound follows the guard's warning?",
+        options=["A train horn", "A bell", "A dog", "Applause"],
+        answer="A",
+        rationale="horn",
+        layers=["event"],
+    )
 
     class Recording:  # the real model, its replies kept
         def __init__(self):
@@ -188,13 +247,16 @@ def test_real_smollm2_local_structured_vote():
         # and no vote only when none of its replies held one
         parsed = [vote_of(r) for r in c.replies]
         assert c.replies and all(r.strip() for r in c.replies), c.replies
-        assert len(c.replies) == (parsed.index(vote) + 1 if vote else 2) and parsed[:-1] == [None] * (len(parsed) - 1)
+        assert len(c.replies) == (parsed.index(vote) + 1 if vote else 2) and parsed[:-1] == [None] * (
+            len(parsed) - 1
+        )
         assert vote == parsed[-1] and vote in (None, "A", "B", "C", "D")
 
 
 @pytest.fixture(scope="module")
 def served_smollm2():
-    from casu_dataset.llm.local import smollm2_dir
+    from casu_dataset.core.llm.local import smollm2_dir
+
     path = str(smollm2_dir())
     with transformers_serve(path) as url:
         yield url, path
@@ -203,14 +265,25 @@ def served_smollm2():
 def test_real_openai_compatible_server(served_smollm2):
     url, model = served_smollm2
     b = OpenAIBackend(url, model)
-    text = b.complete([{"role": "user", "content": 'Reply with JSON {"answer": "A"}.'}],
-                      schema=Vote.model_json_schema(), max_tokens=24)
+    text = b.complete(
+        [{"role": "user", "content": 'Reply with JSON {"answer": "A"}.'}],
+        schema=Vote.model_json_schema(),
+        max_tokens=24,
+    )
     assert isinstance(text, str) and text
     try:
-        v = ask_json(b, [{"role": "user", "content": 'Reply with JSON {"answer": "A"}.'}], Vote, "critic",
-                     retries=2, max_tokens=24)
+        v = ask_json(
+            b,
+            [{"role": "user", "content": 'Reply with JSON {"answer": "A"}.'}],
+            Vote,
+            "critic",
+            retries=2,
+            max_tokens=24,
+        )
         assert v.answer in "ABCD"
-    except StructuredOutputError as err:  # a 135M model may fail; the failure must be reported, not raised raw
+    except (
+        StructuredOutputError
+    ) as err:  # a 135M model may fail; the failure must be reported, not raised raw
         assert len(err.attempts) == 2
 
 
@@ -218,13 +291,39 @@ def test_real_server_writes_a_family_file_with_reasons(served_smollm2, tmp_path)
     """`generate --families` end to end through a real server: the plumbing (CLI, concurrency,
     structured output, cache, report), not the quality of a 135M model's family."""
     from casu_dataset import cli
-    from casu_dataset.family_validity import check_scenes
-    from casu_dataset.scenarios.families import compile_families
+    from casu_dataset.families.compile import compile_families
+    from casu_dataset.families.validity import check_scenes
+
     url, model = served_smollm2
     out = tmp_path / "fams.yaml"
-    argv = ["generate", "--families", "1", "--backend", "openai", "--base-url", url, "--llm-model", model,
-            "--retries", "1", "--k", "1", "--m", "1", "--max-tokens", "4", "--no-retrieval",
-            "--tasks", "contextual_reasoning", "--concurrency", "2", "--cache", str(tmp_path), "--out", str(out)]
+    argv = [
+        "generate",
+        "--families",
+        "1",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--llm-model",
+        model,
+        "--retries",
+        "1",
+        "--k",
+        "1",
+        "--m",
+        "1",
+        "--max-tokens",
+        "4",
+        "--no-retrieval",
+        "--tasks",
+        "contextual_reasoning",
+        "--concurrency",
+        "2",
+        "--cache",
+        str(tmp_path),
+        "--out",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     rep = json.loads((tmp_path / "fams.report.json").read_text())
     row = rep["families"][0]

@@ -1,6 +1,7 @@
 """The faiss index path of retrieval against exact search (the reference): top-1 agreement on the
 bank and on a larger candidate set, exact constraints, identical seeded choices whenever the exact
 top k are among the proposals, and the on-disk cache keyed on content + params."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,10 +9,10 @@ import pytest
 
 faiss = pytest.importorskip("faiss", reason="faiss-cpu is not installed (pip install -e '.[ann]')")
 
-from casu_dataset.ann_index import AnnIndex, AnnParams  # noqa: E402
-from casu_dataset.catalog import Catalog, CatalogClip  # noqa: E402
-from casu_dataset.retrieval import Retriever, quantize  # noqa: E402
-from casu_dataset.retrieval_eval import load_queries  # noqa: E402
+from casu_dataset.sounds.ann_index import AnnIndex, AnnParams  # noqa: E402
+from casu_dataset.sounds.catalog import Catalog, CatalogClip  # noqa: E402
+from casu_dataset.sounds.retrieval import Retriever, quantize  # noqa: E402
+from casu_dataset.sounds.retrieval_eval import load_queries  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,17 @@ def big(bank, tmp_path_factory):
     w = rng.random((n, 3)) * (np.arange(3) < rng.integers(1, 4, n)[:, None])
     desc = np.einsum("nj,njd->nd", w, bank.desc[parts])
     desc /= np.linalg.norm(desc, axis=1, keepdims=True)
-    clips = [CatalogClip(id=f"mix{i}", kind=bank.catalog.clips[p].kind, captions=["-"], keywords=["-"], path="",
-                         duration=float(bank.durations[p])) for i, p in enumerate(parts[:, 0])]
+    clips = [
+        CatalogClip(
+            id=f"mix{i}",
+            kind=bank.catalog.clips[p].kind,
+            captions=["-"],
+            keywords=["-"],
+            path="",
+            duration=float(bank.durations[p]),
+        )
+        for i, p in enumerate(parts[:, 0])
+    ]
     cat = Catalog("mix12k", clips)
     cache = tmp_path_factory.mktemp("ann")
     emb = (desc, bank.kw[parts[:, 0]])
@@ -52,7 +62,9 @@ def _kind_search(r, qd, qk, kinds, exact: bool, **constraints):
     for kind in ("event", "background"):
         sel = np.flatnonzero(kinds == kind)
         m = r.mask(kind=kind, **constraints)
-        i, v = (r._exact_topk(qd[sel], qk[sel], 5, m, r.alpha) if exact else r.topk_batch(qd[sel], qk[sel], 5, m))
+        i, v = (
+            r._exact_topk(qd[sel], qk[sel], 5, m, r.alpha) if exact else r.topk_batch(qd[sel], qk[sel], 5, m)
+        )
         assert m[i].all(), "the index returned a clip that breaks the constraints"
         idx[sel], val[sel] = i, v
     return idx, val
@@ -64,8 +76,13 @@ def test_exact_is_the_default_below_the_threshold(bank):
 
 def test_bank_top1_agrees_and_constraints_hold(bank, queries, tmp_path):
     _, qd, qk, kinds = queries
-    r = Retriever(bank.catalog, bank.embedder, index="ann", cache_dir=tmp_path,
-                  ann_params=AnnParams(nlist=8, nprobe=4, rerank=16))  # half the lists
+    r = Retriever(
+        bank.catalog,
+        bank.embedder,
+        index="ann",
+        cache_dir=tmp_path,
+        ann_params=AnnParams(nlist=8, nprobe=4, rerank=16),
+    )  # half the lists
     assert r.uses_ann() and r.ann is not None
     for c in ({}, {"min_duration": 6.0, "allow_loop": False}, {"min_duration": 12.0, "allow_loop": True}):
         ei, ev = _kind_search(bank, qd, qk, kinds, True, **c)
@@ -80,11 +97,15 @@ def test_larger_set_agrees_and_ann_equals_exact_when_proposed(big, queries):
     ai, av = _kind_search(ann, qd, qk, kinds, False, min_duration=3.0, allow_loop=False)
     assert np.mean(ai[:, 0] == ei[:, 0]) >= 0.97
     # Where the exact top 5 were among the proposals, the index's answer is the exact one, bytes and order.
-    q = np.concatenate([quantize(qd) * np.float32(ann.alpha), quantize(qk) * np.float32(1 - ann.alpha)], axis=1)
+    q = np.concatenate(
+        [quantize(qd) * np.float32(ann.alpha), quantize(qk) * np.float32(1 - ann.alpha)], axis=1
+    )
     covered = 0
     for kind in ("event", "background"):
         sel = np.flatnonzero(kinds == kind)
-        prop = ann.ann.propose(q[sel], ann.ann.params.rerank, ann.mask(kind=kind, min_duration=3.0, allow_loop=False))
+        prop = ann.ann.propose(
+            q[sel], ann.ann.params.rerank, ann.mask(kind=kind, min_duration=3.0, allow_loop=False)
+        )
         for j, row in zip(sel, prop):
             if set(ei[j]) <= set(row.tolist()):
                 covered += 1
@@ -118,8 +139,14 @@ def test_index_is_cached_on_content_and_params(big, monkeypatch):
     again = Retriever(ann.catalog, ann.embedder, embeddings=(ann.desc, ann.kw), index="ann", cache_dir=cache)
     assert again.ann.describe() == ann.ann.describe()
     monkeypatch.undo()
-    other = Retriever(ann.catalog, ann.embedder, embeddings=(ann.desc, ann.kw), index="ann", cache_dir=cache,
-                      ann_params=AnnParams(nprobe=4))
+    other = Retriever(
+        ann.catalog,
+        ann.embedder,
+        embeddings=(ann.desc, ann.kw),
+        index="ann",
+        cache_dir=cache,
+        ann_params=AnnParams(nprobe=4),
+    )
     _ = other.ann
     kw = ann.kw.copy()
     kw[0] = kw[1]  # other content

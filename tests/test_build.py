@@ -1,7 +1,7 @@
 """Dataset build on a few real CASU-mini scenes: load_dataset, byte-identical rebuilds,
 resume, shards + merge, skipped scenes, atomic writes under kill -9, stale temp clean-up, the
 card (name, license, attribution), the scene key, and the exact Hub commit operations."""
-import importlib
+
 import io
 import json
 import os
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casu_dataset.build import CONFIGS, BuildError, build_dataset, merge_folders
-from casu_dataset.hub import plan_push, push
-from casu_dataset.scenarios.library import DEFAULT_DIR, compile_library
+from casu_dataset.core.hub import plan_push, push
+from casu_dataset.dataset.build import CONFIGS, BuildError, build_dataset, merge_folders
+from casu_dataset.legacy.library import DEFAULT_DIR, compile_library
 
 SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one with a minimal pair
 
@@ -36,46 +36,61 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def builder(work, session_cache):
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.mixer import MixConfig
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
+    from casu_dataset.mix.mixer import MixConfig
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.intelligibility import WhisperChecker
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
+
     # Embeddings and speech turns come from the session cache (shared with casu_small); the
     # scene cache is this module's own (work/cache), so resume tests see only these scenes.
-    return SceneBuilder(Retriever(Catalog.embedded(), cache_dir=session_cache), SpeechSynth(session_cache),
-                        VoiceRegistry(), MixConfig(), WhisperChecker())
+    return SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=session_cache),
+        SpeechSynth(session_cache),
+        VoiceRegistry(),
+        MixConfig(),
+        WhisperChecker(),
+    )
 
 
 @pytest.fixture(scope="module")
 def built(work, builder):
     invalid = []
     scenes = compile_library(work / "lib.yaml", invalid)
-    rep = build_dataset(work / "out", scenes, builder, seed=1, cache_dir=work / "cache", progress=False,
-                        invalid=invalid)
+    rep = build_dataset(
+        work / "out", scenes, builder, seed=1, cache_dir=work / "cache", progress=False, invalid=invalid
+    )
     return work / "out", rep, scenes, invalid
 
 
 def _bytes(folder: Path) -> dict:
     """Every dataset file (temp files of killed writes are not part of the dataset)."""
-    from casu_dataset.atomic import is_tmp
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not is_tmp(p)}
+    from casu_dataset.core.atomic import is_tmp
+
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not is_tmp(p)
+    }
 
 
 def test_load_dataset_every_config_and_decode_with_soundfile(built):
     import datasets
     import soundfile as sf
+
     out, rep, scenes, _ = built
     assert len(rep.built) == 5  # 3 scenes + their 2 minimal-pair variants
     for c in CONFIGS:
         ds = datasets.load_dataset(str(out), c, split="test")
         assert len(ds) > 0, c
-        assert isinstance(ds.features["audio"], datasets.Audio) and ds.features["audio"].sampling_rate == 16000
+        assert (
+            isinstance(ds.features["audio"], datasets.Audio) and ds.features["audio"].sampling_rate == 16000
+        )
     ds = datasets.load_dataset(str(out), "contextual_reasoning", split="test").cast_column(
-        "audio", datasets.Audio(decode=False))
+        "audio", datasets.Audio(decode=False)
+    )
     row = next(r for r in ds if r["minimal_pair_id"])
     wav, sr = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
     assert sr == 16000 and wav.ndim == 1 and 3 * 16000 < len(wav) <= 30 * 16000
@@ -96,14 +111,15 @@ def test_invalid_script_is_skipped_and_reported_in_the_card(built):
     card = (out / "README.md").read_text()
     assert "broken_scene" in card and "configs:" in card and "config_name: contextual_reasoning" in card
     attribution = (out / "ATTRIBUTION.md").read_text()
-    assert "| ev__" in attribution                                # clip attribution
-    assert "flite" in card or "piper" in card                     # voice attribution
+    assert "| ev__" in attribution  # clip attribution
+    assert "flite" in card or "piper" in card  # voice attribution
 
 
 def test_rebuild_is_byte_identical_and_served_from_cache(built, builder, work):
     out, rep, scenes, invalid = built
-    rep2 = build_dataset(work / "out2", scenes, builder, seed=1, cache_dir=work / "cache", progress=False,
-                         invalid=invalid)
+    rep2 = build_dataset(
+        work / "out2", scenes, builder, seed=1, cache_dir=work / "cache", progress=False, invalid=invalid
+    )
     assert rep2.cached == len(rep2.built) == 5
     assert _bytes(out) == _bytes(work / "out2")
 
@@ -113,9 +129,11 @@ def test_interrupted_build_resumes(built, builder, work):
     cache = work / "cache_resume"
     shutil.copytree(work / "cache", cache)
     done = sorted((cache / "build" / "scenes").iterdir())
-    shutil.rmtree(done[0])                       # as if killed before this scene finished
-    (done[1] / "done").unlink()                 # and this one was half written
-    rep3 = build_dataset(work / "out3", scenes, builder, seed=1, cache_dir=cache, progress=False, invalid=invalid)
+    shutil.rmtree(done[0])  # as if killed before this scene finished
+    (done[1] / "done").unlink()  # and this one was half written
+    rep3 = build_dataset(
+        work / "out3", scenes, builder, seed=1, cache_dir=cache, progress=False, invalid=invalid
+    )
     assert rep3.cached == 3
     assert _bytes(out) == _bytes(work / "out3")
 
@@ -123,8 +141,17 @@ def test_interrupted_build_resumes(built, builder, work):
 def test_shards_merge_to_the_single_build(built, builder, work):
     out, rep, scenes, invalid = built
     for i in range(2):
-        build_dataset(work / f"shard{i}", scenes, builder, seed=1, cache_dir=work / "cache", progress=False,
-                      num_shards=2, shard_index=i, invalid=invalid if i == 0 else [])
+        build_dataset(
+            work / f"shard{i}",
+            scenes,
+            builder,
+            seed=1,
+            cache_dir=work / "cache",
+            progress=False,
+            num_shards=2,
+            shard_index=i,
+            invalid=invalid if i == 0 else [],
+        )
     merged = merge_folders(work / "merged", [work / "shard0", work / "shard1"])
     assert sorted(merged.built) == sorted(rep.built)
     assert _bytes(out) == _bytes(work / "merged")
@@ -134,25 +161,40 @@ def test_shards_merge_to_the_single_build(built, builder, work):
 
 def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, builder, work):
     from dataclasses import replace
+
     out, rep, scenes, _ = built
     strict = replace(builder, min_score=0.99, cache=None)
     with pytest.raises(BuildError) as e:  # every scene skipped: the build fails, with the report
-        build_dataset(work / "strict", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+        build_dataset(
+            work / "strict", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False
+        )
     rep4 = e.value.report
     assert rep4.built == [] and "RetrievalError" in rep4.skipped[0]["reason"]
     from casu_dataset.speech.voices import VoiceRegistry
-    mute = replace(builder, registry=VoiceRegistry([v for v in builder.registry.voices if v.gender == "male"]),
-                   cache=None)
+
+    mute = replace(
+        builder,
+        registry=VoiceRegistry([v for v in builder.registry.voices if v.gender == "male"]),
+        cache=None,
+    )
     with pytest.raises(BuildError) as e:
-        build_dataset(work / "mute", [s for s in scenes if s.script.id == "kitchen_kettle"], mute, seed=1,
-                      cache_dir=work / "cache_mute", progress=False)
+        build_dataset(
+            work / "mute",
+            [s for s in scenes if s.script.id == "kitchen_kettle"],
+            mute,
+            seed=1,
+            cache_dir=work / "cache_mute",
+            progress=False,
+        )
     rep5 = e.value.report
     assert rep5.built == [] and "no adult female voice" in rep5.skipped[0]["reason"]
 
 
 def test_push_sends_exactly_the_folder(built):
     out, _, _, _ = built
-    (out / "scenes" / ".test-00000-of-00001.parquet.tmp-host-999999999").write_bytes(b"half")  # a killed write
+    (out / "scenes" / ".test-00000-of-00001.parquet.tmp-host-999999999").write_bytes(
+        b"half"
+    )  # a killed write
     paths = plan_push(out)
     assert "README.md" in paths and "contextual_reasoning/test-00000-of-00001.parquet" in paths
     assert "ATTRIBUTION.md" in paths and not [p for p in paths if ".tmp" in p]
@@ -172,20 +214,38 @@ def test_push_sends_exactly_the_folder(built):
     api = Recorder()
     push(out, "casu-org/casu-mini", api=api)
     (name1, repo), (name2, upload) = api.calls
-    assert repo == {"repo_id": "casu-org/casu-mini", "repo_type": "dataset", "private": True, "exist_ok": True}
-    assert upload["repo_type"] == "dataset" and upload["folder_path"] == str(out)  # tests/test_hub_push.py: what it sends
+    assert repo == {
+        "repo_id": "casu-org/casu-mini",
+        "repo_type": "dataset",
+        "private": True,
+        "exist_ok": True,
+    }
+    assert upload["repo_type"] == "dataset" and upload["folder_path"] == str(
+        out
+    )  # tests/test_hub_push.py: what it sends
     with pytest.raises(ValueError, match="expected ORG/NAME"):
         push(out, "noslash", api=api)
 
 
 def test_num_proc_builds_the_same_bytes(built, work):
-    from casu_dataset.build import build_dataset
+    from casu_dataset.dataset.build import build_dataset
+
     out, rep, scenes, invalid = built
     spec = {"cache": os.environ["CASU_CACHE"], "check_speech": True, "alpha": 0.6}  # warm speech, cold scenes
-    from casu_dataset.realize import make_builder
+    from casu_dataset.mix.realize import make_builder
+
     b = make_builder(spec)
-    rep6 = build_dataset(work / "mp", scenes, b, seed=1, cache_dir=work / "cache_mp", progress=False,
-                         num_proc=2, invalid=invalid, builder_spec=spec)
+    rep6 = build_dataset(
+        work / "mp",
+        scenes,
+        b,
+        seed=1,
+        cache_dir=work / "cache_mp",
+        progress=False,
+        num_proc=2,
+        invalid=invalid,
+        builder_spec=spec,
+    )
     assert rep6.built == rep.built
     a, b = _bytes(out), _bytes(work / "mp")
     assert [k for k in a if a[k] != b.get(k)] == []
@@ -193,6 +253,7 @@ def test_num_proc_builds_the_same_bytes(built, work):
 
 def _read_all(folder: Path) -> dict:
     import pyarrow.parquet as pq
+
     return {c: pq.read_table(folder / c).num_rows for c in CONFIGS}
 
 
@@ -201,7 +262,7 @@ def _read_all(folder: Path) -> dict:
 KILL_DURING_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
-from casu_dataset.build import FolderWriter, merge_folders
+from casu_dataset.dataset.build import FolderWriter, merge_folders
 real, calls = FolderWriter._close, []
 def dying(self, config):
     real(self, config)
@@ -217,34 +278,49 @@ merge_folders(sys.argv[1], [sys.argv[2]])
 
 def test_kill_during_write_leaves_the_previous_dataset_readable(built, builder, work):
     import datasets
+
     out, rep, scenes, invalid = built
-    new = work / "kill_src"   # different content: one scene
-    build_dataset(new, [s for s in scenes if s.script.id == "kitchen_kettle"], builder, seed=1,
-                  cache_dir=work / "cache", progress=False)
+    new = work / "kill_src"  # different content: one scene
+    build_dataset(
+        new,
+        [s for s in scenes if s.script.id == "kitchen_kettle"],
+        builder,
+        seed=1,
+        cache_dir=work / "cache",
+        progress=False,
+    )
     target = work / "kill_target"
     shutil.copytree(out, target)
     old = _bytes(target)
-    p = subprocess.run([sys.executable, "-c", KILL_DURING_WRITE, str(target), str(new)], capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", KILL_DURING_WRITE, str(target), str(new)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == -9, p.stderr[-2000:]
-    assert _bytes(target) == old                   # every file of the old dataset, byte for byte
+    assert _bytes(target) == old  # every file of the old dataset, byte for byte
     assert _read_all(target) == _read_all(out)
     assert len(datasets.load_dataset(str(target), "contextual_reasoning", split="test")) > 1
     leftovers = list(target.parent.glob(f".{target.name}.tmp-*"))
-    assert leftovers                               # the killed writer's staging folder (beside it) ...
-    merge_folders(target, [new])                   # ... is removed by the next write
+    assert leftovers  # the killed writer's staging folder (beside it) ...
+    merge_folders(target, [new])  # ... is removed by the next write
     assert not list(target.parent.glob(f".{target.name}.tmp-*"))
     assert _bytes(target) == _bytes(new)
 
 
 def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, builder, work):
-    from casu_dataset.atomic import HOST
+    from casu_dataset.core.atomic import HOST
     from casu_dataset.speech.layer import SpeechSynth
+
     out, rep, scenes, invalid = built
     cache = work / "cache_stale"
     shutil.copytree(work / "cache", cache)
-    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True).stdout)    # a process that has exited
+    dead = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        ).stdout
+    )  # a process that has exited
     live = os.getppid()
     sdir = cache / "build" / "scenes"
     stale = [sdir / f".{'a' * 32}.tmp-{HOST}-{dead}", sdir / f".{'b' * 32}.tmp-{HOST}-{live}"]
@@ -252,15 +328,19 @@ def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, b
     for d in (*stale, keep):
         d.mkdir()
         (d / "mixture.flac").write_bytes(b"partial")
-    old = time.time() - 7 * 3600                    # a live PID but hours old: not a running write
+    old = time.time() - 7 * 3600  # a live PID but hours old: not a running write
     os.utime(stale[1], (old, old))
     speech = cache / "speech" / "ab"
     speech.mkdir(parents=True)
-    dead_turn, live_turn = speech / f".{'d' * 64}.wav.tmp-{HOST}-{dead}", speech / f".{'e' * 64}.wav.tmp-{HOST}-{live}"
+    dead_turn, live_turn = (
+        speech / f".{'d' * 64}.wav.tmp-{HOST}-{dead}",
+        speech / f".{'e' * 64}.wav.tmp-{HOST}-{live}",
+    )
     for f in (dead_turn, live_turn):
         f.write_bytes(b"RIFF")
-    rep2 = build_dataset(work / "stale_out", scenes, builder, seed=1, cache_dir=cache, progress=False,
-                         invalid=invalid)
+    rep2 = build_dataset(
+        work / "stale_out", scenes, builder, seed=1, cache_dir=cache, progress=False, invalid=invalid
+    )
     assert rep2.cached == 5
     assert not any(d.exists() for d in stale) and keep.is_dir()
     SpeechSynth(cache)
@@ -269,28 +349,48 @@ def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, b
 
 def test_skipped_scenes_fail_the_build_and_write_nothing(built, builder, work):
     from dataclasses import replace
+
     out, rep, scenes, invalid = built
     target = work / "skip_target"
     shutil.copytree(out, target)
     before = _bytes(target)
     with pytest.raises(BuildError, match=r"(?s)1 scenes skipped \(allowed: 0\).*broken_scene"):
-        build_dataset(target, scenes, builder, seed=1, cache_dir=work / "cache", progress=False, invalid=invalid,
-                      max_skips=0)
+        build_dataset(
+            target,
+            scenes,
+            builder,
+            seed=1,
+            cache_dir=work / "cache",
+            progress=False,
+            invalid=invalid,
+            max_skips=0,
+        )
     assert _bytes(target) == before
-    strict = replace(builder, min_score=0.99, cache=None)   # every scene fails retrieval
+    strict = replace(builder, min_score=0.99, cache=None)  # every scene fails retrieval
     with pytest.raises(BuildError, match=r"no scene left to write \(0 built, 1 skipped\)"):
         build_dataset(target, scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
     assert _bytes(target) == before
     with pytest.raises(BuildError, match="no scene left"):
-        build_dataset(work / "never", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+        build_dataset(
+            work / "never", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False
+        )
     assert not (work / "never").exists()
-    rep2 = build_dataset(target, scenes, builder, seed=1, cache_dir=work / "cache", progress=False,
-                         invalid=invalid, max_skips=1)
+    rep2 = build_dataset(
+        target,
+        scenes,
+        builder,
+        seed=1,
+        cache_dir=work / "cache",
+        progress=False,
+        invalid=invalid,
+        max_skips=1,
+    )
     assert len(rep2.built) == 5 and _bytes(target) == before
 
 
 def test_cli_build_exit_status_name_and_partial_scenario_files(work, session_cache):
     from casu_dataset.cli import main
+
     docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]
     one = next(s for s in docs if s["id"] == "kitchen_kettle")
     one.pop("pair", None)
@@ -301,13 +401,23 @@ def test_cli_build_exit_status_name_and_partial_scenario_files(work, session_cac
     lib.mkdir()
     (lib / "a.yaml").write_text(yaml.safe_dump([one, broken], sort_keys=False))
     out = work / "cli_out"
-    args = ["build", "--out", str(out), "--scenarios", str(lib), "--no-check-speech", "--cache", str(session_cache)]
+    args = [
+        "build",
+        "--out",
+        str(out),
+        "--scenarios",
+        str(lib),
+        "--no-check-speech",
+        "--cache",
+        str(session_cache),
+    ]
     assert main(args) == 1 and not out.exists()
     assert main(args + ["--max-skips", "1"]) == 0
     card = (out / "README.md").read_text()
     assert "\n# my_scenes\n" in card and 'pretty_name: "my_scenes"' in card
     assert "4-option questions for entity extraction," in card and "CASU-mini" not in card
     import pyarrow.parquet as pq
+
     assert pq.read_table(out / "entity_extraction").num_rows == 1
     assert pq.read_table(out / "role_inference").num_rows == 0
     assert main(args + ["--allow-skips", "--name", "Kitchen Set"]) == 0
@@ -317,13 +427,15 @@ def test_cli_build_exit_status_name_and_partial_scenario_files(work, session_cac
 def test_card_license_front_matter_and_attribution_file(built):
     from huggingface_hub import DatasetCard
 
-    from casu_dataset.card import card_license
+    from casu_dataset.dataset.card import card_license
+
     out, rep, scenes, invalid = built
     data = DatasetCard((out / "README.md").read_text()).data.to_dict()
     assert data["pretty_name"] == "CASU-mini" and data["license"] == "other"
     assert data["license_name"] == "casu-per-clip-licenses" and data["license_link"] == "ATTRIBUTION.md"
     attribution = (out / "ATTRIBUTION.md").read_text()
     import pyarrow.parquet as pq
+
     for r in pq.read_table(out / "scenes", columns=["annotation"]).to_pylist():
         ret = json.loads(r["annotation"])["extra"]["retrieval"]
         for m in [ret["background"], *ret["events"]]:
@@ -335,34 +447,44 @@ def test_card_license_front_matter_and_attribution_file(built):
 
 
 def test_card_reports_mix_level_wer_or_says_it_was_not_run():
-    from casu_dataset.card import mix_intelligibility_summary
+    from casu_dataset.dataset.card import mix_intelligibility_summary
 
     def rows(*extras):
         return {"scenes": [{"annotation": json.dumps({"extra": e})} for e in extras]}
+
     assert "not run" in mix_intelligibility_summary(rows({}, {}))
-    s = mix_intelligibility_summary(rows({"mix_intelligibility": [{"turn": 0, "wer": 0.0}, {"turn": 1, "wer": 0.5}]},
-                                         {"mix_intelligibility": {"turns": [{"wer": 0.25}]}}, {}))
+    s = mix_intelligibility_summary(
+        rows(
+            {"mix_intelligibility": [{"turn": 0, "wer": 0.0}, {"turn": 1, "wer": 0.5}]},
+            {"mix_intelligibility": {"turns": [{"wer": 0.25}]}},
+            {},
+        )
+    )
     assert "3 turns in 2 of 3 scenes, mean WER 0.250, max WER 0.500" in s
 
 
 def test_scene_key_covers_the_rendering_code(built, builder, tmp_path, monkeypatch):
-    from casu_dataset import scene_cache
+    from casu_dataset.dataset import scene_cache
+
     out, rep, scenes, invalid = built
-    src = Path(scene_cache.__file__).parent
+    src = scene_cache._CODE_ROOT  # the casu_dataset package
     root = tmp_path / "code"
     for pattern in scene_cache.RENDER_SOURCES:
+        assert list(src.glob(pattern)), (
+            f"RENDER_SOURCES: {pattern} names no file (moved?): its code would go unhashed"
+        )
         for f in src.glob(pattern):
             (root / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(f, root / f.relative_to(src))
-    shutil.copy(src / "api.py", root / "api.py")    # not rendering code
+    shutil.copy(src / "api.py", root / "api.py")  # not rendering code
     monkeypatch.setattr(scene_cache, "_CODE_ROOT", root)
     scene_cache.code_hash.cache_clear()
     seen = {scene_cache.scene_key(scenes[0], 1, builder)}
-    for rel in ("mixer.py", "speech/layer.py", "api.py"):
+    for rel in ("mix/mixer.py", "speech/layer.py", "api.py"):
         (root / rel).write_bytes((root / rel).read_bytes() + b"\n# changed\n")
         scene_cache.code_hash.cache_clear()
         seen.add(scene_cache.scene_key(scenes[0], 1, builder))
-    assert len(seen) == 3     # mixer.py and speech/layer.py changed the key; api.py did not
+    assert len(seen) == 3  # mix/mixer.py and speech/layer.py changed the key; api.py did not
 
 
 def test_the_test_session_is_hermetic():
@@ -370,25 +492,29 @@ def test_the_test_session_is_hermetic():
 
     import datasets
 
-    from casu_dataset.cache_layout import cache_root
+    from casu_dataset.core.cache_layout import cache_root
+
     tmp = Path(tempfile.gettempdir()).resolve()
     assert tmp in cache_root().resolve().parents
     assert tmp in Path(datasets.config.HF_DATASETS_CACHE).resolve().parents
 
 
 def test_configs_stream_into_several_shards_and_old_shards_go(built, work, monkeypatch):
-    build = importlib.import_module("casu_dataset.build")  # the module (casu_dataset.build is the API function)
-    from casu_dataset.loading import load
+    import casu_dataset.dataset.build as build
+    from casu_dataset.dataset.loading import load
+
     out = built[0]
     target = work / "sharded"
     shutil.copytree(out, target)
     monkeypatch.setattr(build, "ROW_GROUP_SIZE", 2)
     monkeypatch.setattr(build, "SHARD_ROWS", 2)
-    merge_folders(target, [out])                    # streamed: shards of 2 rows, row groups of 2
+    merge_folders(target, [out])  # streamed: shards of 2 rows, row groups of 2
     names = sorted(p.name for p in (target / "scenes").glob("*.parquet"))
-    assert names == [f"test-{i:05d}-of-{len(names):05d}.parquet" for i in range(len(names))] and len(names) > 1
+    assert (
+        names == [f"test-{i:05d}-of-{len(names):05d}.parquet" for i in range(len(names))] and len(names) > 1
+    )
     assert _read_all(target) == _read_all(out)
     assert [i.id for i in load(target)] == [i.id for i in load(out)]
     monkeypatch.undo()
-    merge_folders(target, [target])                 # back to one shard: the stale shards are removed
+    merge_folders(target, [target])  # back to one shard: the stale shards are removed
     assert _bytes(target) == _bytes(out)

@@ -1,6 +1,7 @@
 """The build API (casu_dataset.api), the CLI package around it, and CasuError as the one base of
 CASU's errors: the README example runs on a tiny library, a config names the bad field, imports
 change no setting, and every exception class CASU defines is a CasuError."""
+
 from __future__ import annotations
 
 import importlib
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from casu_dataset.api import BuildConfig, ConfigError
-from casu_dataset.errors import CasuError
+from casu_dataset.core.errors import CasuError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path("tests") / "fixtures" / "families" / "two_families.yaml"
@@ -35,47 +36,72 @@ def test_readme_example_builds_the_tiny_library(tmp_path, session_cache):
     (tmp_path / FIXTURE).parent.mkdir(parents=True)
     shutil.copy(ROOT / FIXTURE, tmp_path / FIXTURE)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-c", readme_example()], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-c", readme_example()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = tmp_path / "two_families_built"
     report = json.loads((out / "build_report.json").read_text())
     assert len(report["built"]) == 8 and not report["skipped"]  # two families of four variants
     assert f"8 scenes, 0 skipped, identity {report['identity']['sha256'][:16]}" in run.stdout
-    cli = subprocess.run([sys.executable, "-m", "casu_dataset", "build", "--out", "cli_built", "--scenarios",
-                          str(FIXTURE), "--no-check-speech"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=900)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "casu_dataset",
+            "build",
+            "--out",
+            "cli_built",
+            "--scenarios",
+            str(FIXTURE),
+            "--no-check-speech",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert f"dataset identity {report['identity']['sha256'][:16]}" in cli.stdout
     files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(tmp_path / "cli_built") for p in (tmp_path / "cli_built").rglob("*")
-                           if p.is_file())
+    assert files == sorted(
+        p.relative_to(tmp_path / "cli_built") for p in (tmp_path / "cli_built").rglob("*") if p.is_file()
+    )
     # the card records the command; everything else is the same bytes
     for f in files:
         if f.name not in ("README.md", "build_report.json", "casu_build.json"):
             assert (out / f).read_bytes() == (tmp_path / "cli_built" / f).read_bytes(), f
 
 
-@pytest.mark.parametrize("kw, field, needle", [
-    ({"seed": -1}, "seed", "must be >= 0"),
-    ({"seed": 1.5}, "seed", "not an integer"),
-    ({"alpha": 2.0}, "alpha", "in 0..1"),
-    ({"alpha": float("nan")}, "alpha", "not a finite number"),
-    ({"duration": 0}, "duration", "> 0"),
-    ({"num_shards": 0}, "num_shards", ">= 1"),
-    ({"num_shards": 2, "shard_index": 2}, "shard_index", "must be in 0..1 for num_shards 2"),
-    ({"num_proc": 0}, "num_proc", ">= 1"),
-    ({"executor": "slurm"}, "executor", "'local', 'ray'"),
-    ({"ray_address": "auto"}, "ray_address", "need executor=ray"),
-    ({"executor": "ray", "ray_num_gpus": -1}, "ray_num_gpus", "must be >= 0"),
-    ({"lock": "relock", "check_speech": False}, "lock", "no num_shards, no check_speech=False"),
-    ({"lock": "yes"}, "lock", "'follow', 'relock', 'ignore'"),
-    ({"max_skips": -2}, "max_skips", ">= 0"),
-    ({"catalogs": "embedded"}, "catalogs", "not one string"),
-    ({"catalogs": []}, "catalogs", "at least one"),
-    ({"name": ""}, "name", "non-empty"),
-    ({"check_speech": "no"}, "check_speech", "True or False"),
-])
+@pytest.mark.parametrize(
+    "kw, field, needle",
+    [
+        ({"seed": -1}, "seed", "must be >= 0"),
+        ({"seed": 1.5}, "seed", "not an integer"),
+        ({"alpha": 2.0}, "alpha", "in 0..1"),
+        ({"alpha": float("nan")}, "alpha", "not a finite number"),
+        ({"duration": 0}, "duration", "> 0"),
+        ({"num_shards": 0}, "num_shards", ">= 1"),
+        ({"num_shards": 2, "shard_index": 2}, "shard_index", "must be in 0..1 for num_shards 2"),
+        ({"num_proc": 0}, "num_proc", ">= 1"),
+        ({"executor": "slurm"}, "executor", "'local', 'ray'"),
+        ({"ray_address": "auto"}, "ray_address", "need executor=ray"),
+        ({"executor": "ray", "ray_num_gpus": -1}, "ray_num_gpus", "must be >= 0"),
+        ({"lock": "relock", "check_speech": False}, "lock", "no num_shards, no check_speech=False"),
+        ({"lock": "yes"}, "lock", "'follow', 'relock', 'ignore'"),
+        ({"max_skips": -2}, "max_skips", ">= 0"),
+        ({"catalogs": "embedded"}, "catalogs", "not one string"),
+        ({"catalogs": []}, "catalogs", "at least one"),
+        ({"name": ""}, "name", "non-empty"),
+        ({"check_speech": "no"}, "check_speech", "True or False"),
+    ],
+)
 def test_config_names_the_bad_field(kw, field, needle):
     with pytest.raises(ConfigError) as e:
         BuildConfig(out="x", **kw)
@@ -85,6 +111,7 @@ def test_config_names_the_bad_field(kw, field, needle):
 
 def test_build_refuses_what_cannot_be_built(tmp_path):
     from casu_dataset import build
+
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match=r"^out .*file: is a file, not a folder"):
         build(BuildConfig(out=tmp_path / "file", check_speech=False))
@@ -95,11 +122,29 @@ def test_build_refuses_what_cannot_be_built(tmp_path):
 
 def test_cli_names_flags_for_config_fields(tmp_path):
     from casu_dataset.cli import main
-    run = subprocess.run([sys.executable, "-m", "casu_dataset", "build", "--out", str(tmp_path / "o"),
-                          "--num-shards", "2", "--shard-index", "1", "--relock"], capture_output=True, text=True)
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "casu_dataset",
+            "build",
+            "--out",
+            str(tmp_path / "o"),
+            "--num-shards",
+            "2",
+            "--shard-index",
+            "1",
+            "--relock",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2
-    assert run.stderr.strip() == ("error: --relock: a lock is made from a whole build with the speech checks "
-                                  "(no --num-shards, no --no-check-speech)")
+    assert run.stderr.strip() == (
+        "error: --relock: a lock is made from a whole build with the speech checks "
+        "(no --num-shards, no --no-check-speech)"
+    )
     assert main(["build", "--out", str(tmp_path / "o"), "--ray-num-gpus", "1"]) == 2
 
 
@@ -120,8 +165,12 @@ def test_imports_change_no_setting(offline):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     if offline:
         env["HF_HUB_OFFLINE"] = offline
-    run = subprocess.run([sys.executable, "-c", IMPORT_CHECK], env={**env, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_CHECK],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["unchanged", str(bool(offline))]
 
@@ -132,12 +181,15 @@ def test_commands_run_offline_and_restore_the_settings(monkeypatch, tmp_path):
     import huggingface_hub.constants as C
 
     from casu_dataset.cli import common, main
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(C, "HF_HUB_OFFLINE", False)
     seen = []
     with common.hub_offline():
-        seen.append((os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"), C.HF_HUB_OFFLINE))
+        seen.append(
+            (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"), C.HF_HUB_OFFLINE)
+        )
     assert seen == [("1", "1", True)]
     before = dict(os.environ)
     assert main(["compare", str(tmp_path), str(tmp_path)]) == 2
@@ -173,7 +225,16 @@ def test_every_exception_class_is_a_casu_error():
     assert len(classes) >= 37, sorted(classes)  # the classes there were when this test was written
     assert [n for n, c in classes.items() if not issubclass(c, CasuError)] == []
     codes = {n: c.exit_code for n, c in classes.items()}
-    assert codes["casu_dataset.build.BuildError"] == 1 and codes["casu_dataset.hub.HubUploadError"] == 5
-    assert codes["casu_dataset.llm.backends.BackendError"] == 3 and codes["model_adapters.base.ModelArgsError"] == 2
-    assert codes["model_adapters.base.AdapterError"] == 3 and codes["casu_dataset.script.ScriptError"] == 2
+    assert (
+        codes["casu_dataset.dataset.build.BuildError"] == 1
+        and codes["casu_dataset.core.hub.HubUploadError"] == 5
+    )
+    assert (
+        codes["casu_dataset.core.llm.backends.BackendError"] == 3
+        and codes["model_adapters.base.ModelArgsError"] == 2
+    )
+    assert (
+        codes["model_adapters.base.AdapterError"] == 3
+        and codes["casu_dataset.script.schema.ScriptError"] == 2
+    )
     assert len(unimportable) <= 2, unimportable

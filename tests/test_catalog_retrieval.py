@@ -3,9 +3,14 @@
 import numpy as np
 import pytest
 
-from casu_dataset.catalog import Catalog, CatalogError
-from casu_dataset.retrieval import Embedder, RetrievalError, Retriever, catalog_embeddings
-from casu_dataset.retrieval_eval import evaluate, load_queries
+from casu_dataset.sounds.catalog import Catalog, CatalogError
+from casu_dataset.sounds.retrieval import (
+    Embedder,
+    RetrievalError,
+    Retriever,
+    catalog_embeddings,
+)
+from casu_dataset.sounds.retrieval_eval import evaluate, load_queries
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +46,9 @@ def test_embedded_bank_manifest_is_complete():
 
 def test_manifest_records_drops():
     import json
-    from casu_dataset.bank import bank_dir
+
+    from casu_dataset.sounds.bank import bank_dir
+
     m = json.loads((bank_dir() / "manifest.json").read_text())
     assert m["num_dropped"] == len(m["dropped"]) > 0
     assert all(d["reason"] for d in m["dropped"])
@@ -53,9 +60,14 @@ def corpus(tmp_path, clips_dir):
     """Tiny corpora in the published file formats, with real audio."""
     audio = tmp_path / "audio"
     audio.mkdir()
-    for src, name in [("ba__rain__rain.ogg", "rain_on_roof.wav"), ("ba__seaside_waves__wave_21.ogg", "beach.wav"),
-                      ("ev__dog_bark__dog.ogg", "1001.wav"), ("ev__siren__policecar.ogg", "1002.wav")]:
+    for src, name in [
+        ("ba__rain__rain.ogg", "rain_on_roof.wav"),
+        ("ba__seaside_waves__wave_21.ogg", "beach.wav"),
+        ("ev__dog_bark__dog.ogg", "1001.wav"),
+        ("ev__siren__policecar.ogg", "1002.wav"),
+    ]:
         import soundfile as sf
+
         x, sr = sf.read(clips_dir / src)
         sf.write(audio / name, x, sr)
     (tmp_path / "clotho_captions_development.csv").write_text(
@@ -64,21 +76,27 @@ def corpus(tmp_path, clips_dir):
         "It is raining outside.,A rain shower continues.\n"
         "beach.wav,Waves wash up on a beach.,The sea laps the shore.,Ocean waves roll in.,"
         "Water crashes onto sand.,Surf at the seaside.\n"
-        "missing.wav,a,b,c,d,e\n")
+        "missing.wav,a,b,c,d,e\n"
+    )
     (tmp_path / "clotho_metadata_development.csv").write_text(
         "file_name,keywords,sound_id,sound_link,start_end_samples,manufacturer,license\n"
-        "rain_on_roof.wav,rain;roof;water,1,x,,me,CC0\n")
+        "rain_on_roof.wav,rain;roof;water,1,x,,me,CC0\n"
+    )
     (tmp_path / "dev.csv").write_text(
         "fname,labels,mids,split\n"
-        "1001,\"Bark,Dog,Domestic_animals_and_pets,Animal\",\"/m/05tny_,/m/0bt9lr,/m/068hy,/m/0jbk\",train\n"
-        "1002,\"Police_car_(siren),Siren,Emergency_vehicle,Vehicle\",\"/m/a,/m/b,/m/c,/m/d\",val\n")
+        '1001,"Bark,Dog,Domestic_animals_and_pets,Animal","/m/05tny_,/m/0bt9lr,/m/068hy,/m/0jbk",train\n'
+        '1002,"Police_car_(siren),Siren,Emergency_vehicle,Vehicle","/m/a,/m/b,/m/c,/m/d",val\n'
+    )
     (tmp_path / "arca_train.csv").write_text("fname,label\n1001,Bark\n1002,Siren\n9999,Siren\n")
     return tmp_path
 
 
 def test_clotho_loader_reads_five_captions_and_reports_skips(corpus):
-    cat = Catalog.from_clotho(corpus / "clotho_captions_development.csv", corpus / "audio",
-                              corpus / "clotho_metadata_development.csv")
+    cat = Catalog.from_clotho(
+        corpus / "clotho_captions_development.csv",
+        corpus / "audio",
+        corpus / "clotho_metadata_development.csv",
+    )
     assert len(cat) == 2 and all(c.kind == "background" and len(c.captions) == 5 for c in cat.clips)
     assert cat["clotho:rain_on_roof.wav"].keywords == ["rain", "roof", "water"]
     assert cat["clotho:beach.wav"].keywords  # derived from captions when metadata has none
@@ -135,13 +153,23 @@ def test_retrieval_respects_kind_duration_and_exclusion(bank_retriever):
 
 def test_seeded_choice_among_near_ties(bank_retriever):
     r = bank_retriever
-    picks = {r.choose("a dog barking", ["dog", "bark"], np.random.default_rng(s), tie_margin=0.1,
-                      kind="event").clip.id for s in range(20)}
+    picks = {
+        r.choose(
+            "a dog barking", ["dog", "bark"], np.random.default_rng(s), tie_margin=0.1, kind="event"
+        ).clip.id
+        for s in range(20)
+    }
     assert len(picks) > 1 and all("dog" in p for p in picks)
-    same = [r.choose("a dog barking", ["dog"], np.random.default_rng(7), kind="event").clip.id for _ in range(3)]
+    same = [
+        r.choose("a dog barking", ["dog"], np.random.default_rng(7), kind="event").clip.id for _ in range(3)
+    ]
     assert len(set(same)) == 1
-    strict = {r.choose("a dog barking", ["dog", "bark"], np.random.default_rng(s), tie_margin=0.0,
-                       kind="event").clip.id for s in range(5)}
+    strict = {
+        r.choose(
+            "a dog barking", ["dog", "bark"], np.random.default_rng(s), tie_margin=0.0, kind="event"
+        ).clip.id
+        for s in range(5)
+    }
     assert len(strict) == 1
 
 
@@ -172,7 +200,8 @@ def test_evaluation_reports_precision_for_alphas(bank_retriever):
 
 
 def test_build_catalog_flag_formats(corpus):
-    from casu_dataset.realize import load_catalog
+    from casu_dataset.mix.realize import load_catalog
+
     assert len(load_catalog("embedded")) >= 200
     assert len(load_catalog(f"clotho:{corpus / 'clotho_captions_development.csv'}:{corpus / 'audio'}")) == 2
     assert len(load_catalog(f"fsd50k:{corpus / 'dev.csv'}:{corpus / 'audio'}")) == 2

@@ -3,19 +3,20 @@
 template) and on small echo adapters: the system turn reaches the rendered prompt, a named
 template is used and an unknown one refused before any weights load, the effective settings
 are recorded, and the response cache never serves an answer given under another system prompt."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
-
 import tiny_models as tiny
+from test_harness_integrity import tiny_dataset
+from test_lmeval_habits import cli
+
 from model_adapters import GenerationSettings, Request, make_adapter
 from model_adapters.base import Adapter
 from model_adapters.hf_models import Qwen2Audio
-from test_harness_integrity import tiny_dataset
-from test_lmeval_habits import cli
 
 TERSE = "TERSE " + tiny.QWEN_AUDIO_TEMPLATE  # a second template: same structure, recognisable prefix
 FAST = "max_new_tokens=2"
@@ -36,6 +37,7 @@ def qwen_dir(tmp_path_factory):
 
 class SpyQwen(Qwen2Audio):
     """The real Qwen2-Audio adapter, recording every rendered prompt and every weight load."""
+
     prompts: list = []
     loads: list = []
 
@@ -62,9 +64,18 @@ def spy():
 
 def test_system_instruction_reaches_the_rendered_prompt_and_is_recorded(ds, qwen_dir, spy):
     from harness import simple_evaluate
+
     sys_text = "You are a careful listener. Answer with one letter."
-    res = simple_evaluate("test_chat_template:SpyQwen", qwen_args(qwen_dir), tasks="role_inference", dataset=str(ds),
-                          probe=False, limit=2, gen_kwargs=FAST, system_instruction=sys_text)
+    res = simple_evaluate(
+        "test_chat_template:SpyQwen",
+        qwen_args(qwen_dir),
+        tasks="role_inference",
+        dataset=str(ds),
+        probe=False,
+        limit=2,
+        gen_kwargs=FAST,
+        system_instruction=sys_text,
+    )
     assert not res.errors and len(spy.prompts) == 2
     for p in spy.prompts:  # the processor's chat template made it a system turn, before the user turn
         assert p.startswith(f"<|im_start|>system\n{sys_text}<|im_end|>\n<|im_start|>user\n"), p
@@ -76,21 +87,48 @@ def test_system_instruction_reaches_the_rendered_prompt_and_is_recorded(ds, qwen
     assert (cfg["num_fewshot"], cfg["fewshot_as_multiturn"]) == (0, False)
     assert all(r["system"] == sys_text for r in res.samples["role_inference"])
     spy.prompts.clear()  # without the flag: no system turn (Qwen2-Audio has no default system prompt)
-    res = simple_evaluate("test_chat_template:SpyQwen", qwen_args(qwen_dir), tasks="role_inference", dataset=str(ds),
-                          probe=False, limit=2, gen_kwargs=FAST, cache="off")
+    res = simple_evaluate(
+        "test_chat_template:SpyQwen",
+        qwen_args(qwen_dir),
+        tasks="role_inference",
+        dataset=str(ds),
+        probe=False,
+        limit=2,
+        gen_kwargs=FAST,
+        cache="off",
+    )
     assert spy.prompts and all(p.startswith("<|im_start|>user\n") for p in spy.prompts)
     assert res["config"]["system_instruction"] is None and res["config"]["apply_chat_template"] is True
 
 
 def test_a_named_template_is_used_and_changes_the_fingerprint(ds, qwen_dir, spy):
     from harness import simple_evaluate
-    base = simple_evaluate("test_chat_template:SpyQwen", qwen_args(qwen_dir), tasks="role_inference",
-                           dataset=str(ds), probe=False, limit=1, gen_kwargs=FAST, apply_chat_template=True)
+
+    base = simple_evaluate(
+        "test_chat_template:SpyQwen",
+        qwen_args(qwen_dir),
+        tasks="role_inference",
+        dataset=str(ds),
+        probe=False,
+        limit=1,
+        gen_kwargs=FAST,
+        apply_chat_template=True,
+    )
     assert spy.prompts and not any(p.startswith("TERSE") for p in spy.prompts)  # True = the default template
     spy.prompts.clear()
-    res = simple_evaluate("test_chat_template:SpyQwen", qwen_args(qwen_dir), tasks="role_inference", dataset=str(ds),
-                          probe=False, limit=1, gen_kwargs=FAST, apply_chat_template="terse")
-    assert not res.errors and spy.prompts and all(p.startswith("TERSE <|im_start|>user\n") for p in spy.prompts)
+    res = simple_evaluate(
+        "test_chat_template:SpyQwen",
+        qwen_args(qwen_dir),
+        tasks="role_inference",
+        dataset=str(ds),
+        probe=False,
+        limit=1,
+        gen_kwargs=FAST,
+        apply_chat_template="terse",
+    )
+    assert (
+        not res.errors and spy.prompts and all(p.startswith("TERSE <|im_start|>user\n") for p in spy.prompts)
+    )
     assert res["config"]["chat_template_name"] == "terse" and res["model"]["info"]["chat_template"] == "terse"
     assert res["model"]["fingerprint"] != base["model"]["fingerprint"]  # another template: other cache keys
     assert "chat_template" not in base["model"]["info"]  # the default keeps the fingerprint it always had
@@ -100,14 +138,37 @@ def test_a_named_template_is_used_and_changes_the_fingerprint(ds, qwen_dir, spy)
 
 def test_an_unknown_template_name_is_refused_before_the_weights_load(ds, qwen_dir, spy, tmp_path):
     from harness import UsageError, simple_evaluate
-    with pytest.raises(UsageError, match=r"--apply_chat_template fancy: .* no chat template named 'fancy'; "
-                                         r"available: default, terse"):
-        simple_evaluate("test_chat_template:SpyQwen", qwen_args(qwen_dir), tasks="role_inference", dataset=str(ds),
-                        probe=False, limit=1, apply_chat_template="fancy")
+
+    with pytest.raises(
+        UsageError,
+        match=r"--apply_chat_template fancy: .* no chat template named 'fancy'; "
+        r"available: default, terse",
+    ):
+        simple_evaluate(
+            "test_chat_template:SpyQwen",
+            qwen_args(qwen_dir),
+            tasks="role_inference",
+            dataset=str(ds),
+            probe=False,
+            limit=1,
+            apply_chat_template="fancy",
+        )
     assert spy.loads == [] and spy.prompts == []
-    rc, _, err = cli("--model", "test_chat_template:SpyQwen", "--model_args", f"pretrained={qwen_dir},device=cpu",
-                     "--tasks", "role_inference", "--dataset", str(ds), "--output_path", str(tmp_path / "r"),
-                     "--quiet", "--apply_chat_template", "fancy")
+    rc, _, err = cli(
+        "--model",
+        "test_chat_template:SpyQwen",
+        "--model_args",
+        f"pretrained={qwen_dir},device=cpu",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(ds),
+        "--output_path",
+        str(tmp_path / "r"),
+        "--quiet",
+        "--apply_chat_template",
+        "fancy",
+    )
     assert rc == 2 and "available: default, terse" in err and len(err.strip().splitlines()) == 1
     assert spy.loads == [] and not list(tmp_path.glob("r/*/results_*.json"))
 
@@ -117,8 +178,9 @@ def test_named_templates_of_hand_built_processors(build, tmp_path):
     """Omni / Phi-4 processors are assembled by the adapter: their named templates must survive."""
     d = build(tmp_path / "m")
     (d / "additional_chat_templates").mkdir()
-    (d / "additional_chat_templates" / "terse.jinja").write_text("TERSE " + (d / "chat_template.jinja").read_text()
-                                                                  if (d / "chat_template.jinja").is_file() else TERSE)
+    (d / "additional_chat_templates" / "terse.jinja").write_text(
+        "TERSE " + (d / "chat_template.jinja").read_text() if (d / "chat_template.jinja").is_file() else TERSE
+    )
     name = "qwen2.5-omni" if build is tiny.build_qwen2_5_omni else "qwen2-audio"
     a = make_adapter(name, qwen_args(d))
     assert a.chat_template_names() == ["terse"] and a._model is None  # the processor only
@@ -131,8 +193,10 @@ def test_named_templates_of_hand_built_processors(build, tmp_path):
 
 # -- the response cache is keyed by the system instruction ------------------------------------------
 
+
 class EchoSystem(Adapter):
     """Answers A, echoing the system turn it was given: a cached answer under another system prompt shows."""
+
     name = "echo-system"
     chat_template_use = "always"
     chat_template_how = "a test adapter"
@@ -145,9 +209,16 @@ def test_the_cache_never_reuses_an_answer_given_under_another_system_prompt(ds, 
     from harness import simple_evaluate
 
     def go(system):
-        res = simple_evaluate("test_chat_template:EchoSystem", tasks="role_inference", dataset=str(ds), probe=False,
-                              output_path=tmp_path / "r", system_instruction=system)
+        res = simple_evaluate(
+            "test_chat_template:EchoSystem",
+            tasks="role_inference",
+            dataset=str(ds),
+            probe=False,
+            output_path=tmp_path / "r",
+            system_instruction=system,
+        )
         return {r["response"] for r in res.samples["role_inference"]}, res["timing"]["cache_hits"]
+
     assert go(None) == ({"Answer: A (system: None)"}, 0)
     assert go("Be brief.") == ({"Answer: A (system: Be brief.)"}, 0)
     assert go("Be thorough.") == ({"Answer: A (system: Be thorough.)"}, 0)
@@ -159,10 +230,14 @@ def test_each_adapter_turns_the_system_instruction_into_its_system_turn():
     from model_adapters.cascade import Cascade
     from model_adapters.openai_audio import OpenAIAudio
     from model_adapters.salmonn import salmonn_prompt
+
     req = Request(prompt="Who speaks?", system="Be brief.")
     assert Cascade(transcriber="none")._messages(req)[0] == {"role": "system", "content": "Be brief."}
     api = OpenAIAudio(model="m", base_url="http://127.0.0.1:9/v1", system_prompt="default one")
-    assert api.messages(req)[0] == {"role": "system", "content": "Be brief."}  # replaces the adapter's default
+    assert api.messages(req)[0] == {
+        "role": "system",
+        "content": "Be brief.",
+    }  # replaces the adapter's default
     assert api.messages(Request(prompt="Q"))[0] == {"role": "system", "content": "default one"}
     assert salmonn_prompt(req) == "Be brief.\nUSER: <Speech><SpeechHere></Speech> Who speaks?\nASSISTANT:"
     assert salmonn_prompt(Request(prompt="Q")) == "USER: <Speech><SpeechHere></Speech> Q\nASSISTANT:"
@@ -170,39 +245,73 @@ def test_each_adapter_turns_the_system_instruction_into_its_system_turn():
 
 def test_effective_chat_template_per_adapter():
     from model_adapters.cascade import Cascade
+
     c = Cascade(transcriber="none")
     assert c.set_chat_template(True)["apply_chat_template"] is True and c.chat_template_name is None
-    with pytest.raises(ValueError, match=r"--apply_chat_template chatml: --model cascade .*available: default$"):
+    with pytest.raises(
+        ValueError, match=r"--apply_chat_template chatml: --model cascade .*available: default$"
+    ):
         c.set_chat_template("chatml")
     r = make_adapter("random")
-    assert r.set_chat_template(None) == {"apply_chat_template": False, "chat_template_name": None,
-                                         "chat_template_how": r.chat_template_how}
+    assert r.set_chat_template(None) == {
+        "apply_chat_template": False,
+        "chat_template_name": None,
+        "chat_template_how": r.chat_template_how,
+    }
     with pytest.raises(ValueError, match="--apply_chat_template: --model random renders no prompt"):
         r.set_chat_template(True)
 
 
 # -- the CLI: bad combinations are exit 2, one line, before anything runs ----------------------------
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--num_fewshot", "5"], "--num_fewshot 5: CASU tasks are zero-shot"),
-    (["--num_fewshot", "-1"], "--num_fewshot: must be >= 0"),
-    (["--fewshot_as_multiturn"], "--fewshot_as_multiturn: needs few-shot examples"),
-    (["--num_fewshot", "0", "--fewshot_as_multiturn"], "--fewshot_as_multiturn: needs few-shot examples"),
-    (["--apply_chat_template"], "--apply_chat_template: --model random renders no prompt"),
-    (["--apply_chat_template", "chatml"], "--apply_chat_template: --model random renders no prompt"),
-    (["--system_instruction", " "], "--system_instruction: empty text"),
-])
+
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--num_fewshot", "5"], "--num_fewshot 5: CASU tasks are zero-shot"),
+        (["--num_fewshot", "-1"], "--num_fewshot: must be >= 0"),
+        (["--fewshot_as_multiturn"], "--fewshot_as_multiturn: needs few-shot examples"),
+        (["--num_fewshot", "0", "--fewshot_as_multiturn"], "--fewshot_as_multiturn: needs few-shot examples"),
+        (["--apply_chat_template"], "--apply_chat_template: --model random renders no prompt"),
+        (["--apply_chat_template", "chatml"], "--apply_chat_template: --model random renders no prompt"),
+        (["--system_instruction", " "], "--system_instruction: empty text"),
+    ],
+)
 def test_cli_refuses_bad_combinations(ds, tmp_path, argv, msg):
-    rc, _, err = cli("--model", "random", "--tasks", "role_inference", "--dataset", str(ds), "--output_path",
-                     str(tmp_path / "r"), "--quiet", "--no_probe", *argv)
+    rc, _, err = cli(
+        "--model",
+        "random",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(ds),
+        "--output_path",
+        str(tmp_path / "r"),
+        "--quiet",
+        "--no_probe",
+        *argv,
+    )
     assert rc == 2 and msg in err, err
     assert "Traceback" not in err and not list(tmp_path.glob("r/*/results_*.json"))
 
 
 def test_cli_accepts_zero_shot_and_records_it(ds, tmp_path):
-    rc, _, err = cli("--model", "random", "--tasks", "role_inference", "--dataset", str(ds), "--output_path",
-                     str(tmp_path / "r"), "--quiet", "--no_probe", "--num_fewshot", "0", "--system_instruction",
-                     "Be brief.")
+    rc, _, err = cli(
+        "--model",
+        "random",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(ds),
+        "--output_path",
+        str(tmp_path / "r"),
+        "--quiet",
+        "--no_probe",
+        "--num_fewshot",
+        "0",
+        "--system_instruction",
+        "Be brief.",
+    )
     assert rc == 0, err
     cfg = json.loads(next((tmp_path / "r").glob("*/casu_results_*.json")).read_text())["config"]
     assert cfg["num_fewshot"] == 0 and cfg["system_instruction"] == "Be brief."
@@ -216,6 +325,8 @@ def test_voxtral_keeps_the_system_instruction_where_its_tokenizer_refuses_a_syst
     req = Request(prompt="Who speaks?", audio=np.zeros(16000, np.float32), system="Be brief.")
     assert len(a.generate([req], GenerationSettings(max_new_tokens=2))) == 1
     conv = a.conversation(req)
-    assert [m["role"] for m in conv] == ["user"] and conv[0]["content"][-1]["text"] == "Be brief.\n\nWho speaks?"
+    assert [m["role"] for m in conv] == ["user"] and conv[0]["content"][-1][
+        "text"
+    ] == "Be brief.\n\nWho speaks?"
     text_only = a.conversation(Request(prompt="Who speaks?", system="Be brief."))
     assert text_only[0] == {"role": "system", "content": "Be brief."}

@@ -1,17 +1,19 @@
 """The eight layer conditions, built from a real dataset's stems."""
+
 import json
 
 import numpy as np
 import pytest
 
-from casu_dataset.audio_io import decode_bytes
-from casu_dataset.loudness import measure_lufs
+from casu_dataset.core.audio_io import decode_bytes
+from casu_dataset.core.loudness import measure_lufs
 from harness.conditions import ALL, FULL, active_spans, parse_conditions, render
 
 
 @pytest.fixture(scope="module")
 def scene(casu_small):
     import pyarrow.parquet as pq
+
     rows = pq.read_table(casu_small / "scenes").to_pylist()
     row = next(r for r in rows if json.loads(r["annotation"])["plan"]["events"])
     stems = {k: decode_bytes(row[k]["bytes"]) for k in ("background", "speech", "events")}
@@ -33,8 +35,9 @@ def test_masked_layers_are_noise_of_the_same_loudness_on_their_active_span(scene
     assert np.array_equal(out, render(cond, stems, ann, seed=5))  # seeded
     for layer in {"speech", "events", "background"} - cond.keep:
         spans = active_spans(ann, layer)
-        noise = render(type(cond)(frozenset({"speech", "events", "background"} - {layer})), stems, ann, seed=5) \
-            - sum(stems[l] for l in ("speech", "events", "background") if l != layer)
+        noise = render(
+            type(cond)(frozenset({"speech", "events", "background"} - {layer})), stems, ann, seed=5
+        ) - sum(stems[l] for l in ("speech", "events", "background") if l != layer)
         inside = np.concatenate([noise[a:b] for a, b in spans])
         target = measure_lufs(np.concatenate([stems[layer][a:b] for a, b in spans]), sr)
         assert abs(measure_lufs(inside, sr) - target) < 0.5
@@ -48,7 +51,16 @@ def test_masked_layers_are_noise_of_the_same_loudness_on_their_active_span(scene
 
 
 def test_condition_names():
-    assert [c.name for c in parse_conditions("all")] == ["___", "__B", "_E_", "_EB", "P__", "P_B", "PE_", "PEB"]
+    assert [c.name for c in parse_conditions("all")] == [
+        "___",
+        "__B",
+        "_E_",
+        "_EB",
+        "P__",
+        "P_B",
+        "PE_",
+        "PEB",
+    ]
     assert parse_conditions(None) == [FULL] and parse_conditions("full,PEB") == [FULL]
     with pytest.raises(ValueError, match="--conditions 'XYZ'"):
         parse_conditions("XYZ")

@@ -1,27 +1,41 @@
 """Cue checks on a real built dataset: each family's slot cue is measured from the stems as mixed
 (audibility in its window, the retrieved clip's captions against the fill, fills told apart)."""
+
 import numpy as np
 import pytest
 
-from casu_dataset import cue_checks as cc
+from casu_dataset.mix import cue_checks as cc
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, session_cache):
-    from casu_dataset.build import build_dataset
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.mixer import MixConfig
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
-    from casu_dataset.scenarios.families import compile_families
+    from conftest import ROOT
+
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.families.compile import compile_families
+    from casu_dataset.mix.mixer import MixConfig
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    from conftest import ROOT
-    b = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=session_cache), SpeechSynth(session_cache),
-                     VoiceRegistry().available(), MixConfig(), None)
+
+    b = SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=session_cache),
+        SpeechSynth(session_cache),
+        VoiceRegistry().available(),
+        MixConfig(),
+        None,
+    )
     out = tmp_path_factory.mktemp("cues") / "ds"
-    build_dataset(out, compile_families(ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"), b,
-                  seed=0, cache_dir=session_cache, progress=False)
+    build_dataset(
+        out,
+        compile_families(ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"),
+        b,
+        seed=0,
+        cache_dir=session_cache,
+        progress=False,
+    )
     return out
 
 
@@ -32,8 +46,9 @@ def test_every_cue_is_measured_from_the_audio(built):
         assert c["kind"] in ("event", "background") and c["caption"] and 0 < c["truth"] <= 1
         assert np.isfinite(c["audibility_db"])
     # every pair of fills of a family is compared once (4 fills: 6 pairs; 2 fills: 1)
-    assert sorted(len([p for p in r["pairs"] if p["family_id"] == f]) for f in {c["family_id"] for c in r["cues"]}) \
-        in ([1, 6], [6, 6], [1, 1])
+    assert sorted(
+        len([p for p in r["pairs"] if p["family_id"] == f]) for f in {c["family_id"] for c in r["cues"]}
+    ) in ([1, 6], [6, 6], [1, 1])
     text = cc.format_summary(r["summary"])
     assert "audibility" in text and "truth" in text and "distinctness" in text
 
@@ -43,23 +58,29 @@ def test_audibility_falls_with_the_cue_level(built):
 
     import pyarrow.parquet as pq
 
-    from casu_dataset.audio_io import decode_bytes
+    from casu_dataset.core.audio_io import decode_bytes
+
     rows = [r for r in pq.read_table(str(built / "scenes")).to_pylist() if r["slot_kind"] == "event"]
     r = rows[0]
     ann = json.loads(r["annotation"])
     stems = {k: decode_bytes(r[k]["bytes"]) for k in ("background", "speech", "events")}
     loud = cc.audibility(stems, ann, "event")
     quiet = cc.audibility(dict(stems, events=stems["events"] * np.float32(10 ** (-20 / 20))), ann, "event")
-    assert quiet == pytest.approx(loud - 20, abs=0.05)   # a 20 dB quieter cue is 20 dB less audible
-    s = cc.summary([{"family_id": "f", "fill": "a", "audibility_db": 1.0, "truth": 0.9},
-                    {"family_id": "f", "fill": "b", "audibility_db": 9.0, "truth": 0.4}],
-                   [{"family_id": "f", "fills": ["a", "b"], "distance_db": 0.5}])
+    assert quiet == pytest.approx(loud - 20, abs=0.05)  # a 20 dB quieter cue is 20 dB less audible
+    s = cc.summary(
+        [
+            {"family_id": "f", "fill": "a", "audibility_db": 1.0, "truth": 0.9},
+            {"family_id": "f", "fill": "b", "audibility_db": 9.0, "truth": 0.4},
+        ],
+        [{"family_id": "f", "fills": ["a", "b"], "distance_db": 0.5}],
+    )
     assert s["inaudible"] == [("f", "a")] and s["untrue"] == [("f", "b")] and s["alike"] == [("f", "a", "b")]
     assert len(cc.failures(s)) == 3 and "inaudible" in cc.failures(s)[0]
 
 
 def test_the_same_sound_twice_is_not_distinct(clips_dir):
-    from casu_dataset.audio_io import load_audio
+    from casu_dataset.core.audio_io import load_audio
+
     x = load_audio(clips_dir / "ev__electric_bell_ring__savebell2.ogg")
     y = load_audio(clips_dir / "ev__door_open_close_slam__DoorClose2.ogg")
     same = np.sqrt(np.mean((cc.band_profile(x) - cc.band_profile(x * np.float32(1.0))) ** 2))

@@ -1,5 +1,6 @@
 """Contrast families: the compiler, the invariants (each broken on purpose and reported), the
 family metric and its family bootstrap, and identical stems within speech versions and fills."""
+
 from __future__ import annotations
 
 import copy
@@ -10,9 +11,15 @@ import numpy as np
 import pytest
 import yaml
 
-from casu_dataset import family_validity as fv
-from casu_dataset.scenarios.families import (FamilyError, compile_families, families_of, naming_violations,
-                                             parse_family, compile_family)
+from casu_dataset.families import validity as fv
+from casu_dataset.families.compile import (
+    FamilyError,
+    compile_families,
+    compile_family,
+    families_of,
+    naming_violations,
+    parse_family,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
 
@@ -46,20 +53,34 @@ def test_compiles_two_shapes_with_keys_a_permutation():
     assert fv.check_scenes(scenes) == []
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda f: f["fills"].pop("horn"), "fills"),
-    (lambda f: f["fills"]["horn"].update(type="siren"), "fills"),
-    (lambda f: f["questions"][0]["options"].pop("horn"), "options"),
-    (lambda f: f["questions"][0]["options"].update(horn=f["questions"][0]["options"]["bell"]), "options"),
-    (lambda f: f["questions"][0].update(q="Why does the school bell make the teacher line them up?"), "names a fill"),
-    (lambda f: f["questions"][0].update(q="Why line up? The lesson has ended and it is time to go home"), "appears in the question"),
-    (lambda f: f["script"]["events"][0].update(description="A bell."), "slot's sound comes from the fills"),
-    (lambda f: f.update(types={}), "types"),
-    (lambda f: f.update(slot="nope"), "slot"),
-    (lambda f: f["variants"].pop("bell"), "variants"),
-    (lambda f: f.update(versions=["a", "b"]), "versions"),
-    (lambda f: f["questions"].append(copy.deepcopy(f["questions"][0])), "more than one question"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda f: f["fills"].pop("horn"), "fills"),
+        (lambda f: f["fills"]["horn"].update(type="siren"), "fills"),
+        (lambda f: f["questions"][0]["options"].pop("horn"), "options"),
+        (lambda f: f["questions"][0]["options"].update(horn=f["questions"][0]["options"]["bell"]), "options"),
+        (
+            lambda f: f["questions"][0].update(q="Why does the school bell make the teacher line them up?"),
+            "names a fill",
+        ),
+        (
+            lambda f: f["questions"][0].update(
+                q="Why line up? The lesson has ended and it is time to go home"
+            ),
+            "appears in the question",
+        ),
+        (
+            lambda f: f["script"]["events"][0].update(description="A bell."),
+            "slot's sound comes from the fills",
+        ),
+        (lambda f: f.update(types={}), "types"),
+        (lambda f: f.update(slot="nope"), "slot"),
+        (lambda f: f["variants"].pop("bell"), "variants"),
+        (lambda f: f.update(versions=["a", "b"]), "versions"),
+        (lambda f: f["questions"].append(copy.deepcopy(f["questions"][0])), "more than one question"),
+    ],
+)
 def test_compiler_refuses_broken_slot_family(mutate, field):
     item = _raw()[0]
     mutate(item)
@@ -68,12 +89,20 @@ def test_compiler_refuses_broken_slot_family(mutate, field):
     assert "fx_class_lineup" in str(err.value) and field in str(err.value)
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda f: f["script"]["turns"][1].update(text="Same in both."), "identical"),
-    (lambda f: f["script"]["turns"][1].update(text={"go": "Out.", "other": "Stay."}), "turns[1].text"),
-    (lambda f: f.update(versions=["go"]), "versions"),
-    (lambda f: f["fills"].update(third={"type": "dog_bark", "description": "A dog barks.", "keywords": ["dog"]}), "fills"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda f: f["script"]["turns"][1].update(text="Same in both."), "identical"),
+        (lambda f: f["script"]["turns"][1].update(text={"go": "Out.", "other": "Stay."}), "turns[1].text"),
+        (lambda f: f.update(versions=["go"]), "versions"),
+        (
+            lambda f: f["fills"].update(
+                third={"type": "dog_bark", "description": "A dog barks.", "keywords": ["dog"]}
+            ),
+            "fills",
+        ),
+    ],
+)
 def test_compiler_refuses_broken_crossed_family(mutate, field):
     item = _raw()[1]
     mutate(item)
@@ -114,17 +143,20 @@ def _broken(kind: str):
     return scenes
 
 
-@pytest.mark.parametrize("kind, field", [
-    ("question text", "questions.contextual_reasoning.q"),
-    ("option order", "questions.contextual_reasoning.options"),
-    ("keys", "questions.contextual_reasoning.answer"),
-    ("missing question", "questions.counterfactual_reasoning"),
-    ("second slot varies", "script"),
-    ("two speech scripts in a slot family", "script.turns"),
-    ("crossed with three speech versions", "script.turns"),
-    ("option inside question", "questions.contextual_reasoning.options"),
-    ("family of three", "variants"),
-])
+@pytest.mark.parametrize(
+    "kind, field",
+    [
+        ("question text", "questions.contextual_reasoning.q"),
+        ("option order", "questions.contextual_reasoning.options"),
+        ("keys", "questions.contextual_reasoning.answer"),
+        ("missing question", "questions.counterfactual_reasoning"),
+        ("second slot varies", "script"),
+        ("two speech scripts in a slot family", "script.turns"),
+        ("crossed with three speech versions", "script.turns"),
+        ("option inside question", "questions.contextual_reasoning.options"),
+        ("family of three", "variants"),
+    ],
+)
 def test_validity_reports_each_broken_invariant(kind, field):
     v = fv.check_scenes(_broken(kind))
     assert v, f"{kind}: not reported"
@@ -132,14 +164,16 @@ def test_validity_reports_each_broken_invariant(kind, field):
 
 
 def test_naming_check_is_whole_words():
-    from casu_dataset.scenarios.families import Fill
+    from casu_dataset.families.compile import Fill
+
     fills = {"bell": Fill(type="electric_bell_ring", description="d", keywords=["school bell"])}
     assert naming_violations("Why did the school bell ring?", fills)
     assert not naming_violations("Why is everyone belligerent?", fills)
 
 
 def test_question_only_readers_sit_at_chance_by_construction():
-    from casu_dataset.retrieval import Embedder
+    from casu_dataset.sounds.retrieval import Embedder
+
     scenes = compile_families(FIXTURE)
     res = fv.embedding_readers(scenes, Embedder())
     q = res["question only"]["all"]
@@ -154,14 +188,19 @@ def test_question_only_readers_sit_at_chance_by_construction():
 
 def test_family_bootstrap_resamples_families():
     from harness.metrics import family_bootstrap
-    recs = [{"family_id": f"f{i}", "task": "t", "correct": c}
-            for i in range(20) for c in ([True] * 4 if i < 5 else [True, False, False, False])]
+
+    recs = [
+        {"family_id": f"f{i}", "task": "t", "correct": c}
+        for i in range(20)
+        for c in ([True] * 4 if i < 5 else [True, False, False, False])
+    ]
     m = family_bootstrap(recs, seed=0)
     assert m["family_accuracy"]["value"] == pytest.approx(5 / 20)
     assert m["accuracy"]["value"] == pytest.approx((5 * 4 + 15) / 80)
     assert m["accuracy"]["families"] == 20 and m["accuracy"]["resampled"] == "families"
     # Intervals over families are wider than ones that treat 80 variants as independent.
     from harness.metrics import bootstrap_ci
+
     naive = bootstrap_ci([r["correct"] for r in recs], seed=0)
     assert (m["accuracy"]["ci95"][1] - m["accuracy"]["ci95"][0]) > (naive[1] - naive[0])
     # A model that ignores the slot: one right variant per family -> 25%, family accuracy 0.
@@ -174,16 +213,22 @@ def test_family_bootstrap_resamples_families():
 
 @pytest.fixture(scope="module")
 def built_fixture_families():
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.family_build import build_family
-    from casu_dataset.mixer import MixConfig
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
+    from casu_dataset.families.shared_timeline import build_family
+    from casu_dataset.mix.mixer import MixConfig
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
+
     cache = Path(os.environ["CASU_CACHE"]) if os.environ.get("CASU_CACHE") else None
-    b = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
-                     VoiceRegistry().available(), MixConfig(), None)
+    b = SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=cache),
+        SpeechSynth(cache),
+        VoiceRegistry().available(),
+        MixConfig(),
+        None,
+    )
     scenes = compile_families(FIXTURE)
     res = {}
 
@@ -191,6 +236,7 @@ def built_fixture_families():
         r = b.build(v.script, 0, **st)
         res[v.script.id] = r
         return {"annotation": r.annotation}, False
+
     for vs in families_of(scenes).values():
         build_family(vs, b, 0, one)
     return scenes, res
@@ -209,7 +255,9 @@ def test_speech_identical_within_versions_and_sounds_within_fills(built_fixture_
                     assert np.array_equal(res[m.script.id].stems[layer], ref), (g, layer, m.script.id)
     crossed = [s for s in scenes if s.family_id == "fx_go_or_stay"]
     go = res[crossed[0].script.id].stems["speech"]
-    stay = next(res[s.script.id].stems["speech"] for s in crossed if s.speech_version != crossed[0].speech_version)
+    stay = next(
+        res[s.script.id].stems["speech"] for s in crossed if s.speech_version != crossed[0].speech_version
+    )
     assert not np.array_equal(go, stay)  # the versions really differ
     # Turn onsets are shared by both versions (the reserve), so the events line up too.
     onsets = {tuple(t["onset"] for t in res[s.script.id].annotation["plan"]["turns"]) for s in crossed}
@@ -227,13 +275,16 @@ def test_family_clip_gain_is_shared(built_fixture_families):
 
 
 def test_regenerate_reproduces_a_forced_clip_gain(built_fixture_families):
-    from casu_dataset.mixer import compose, regenerate, SceneSources, SourceRef
+    from casu_dataset.mix.mixer import SceneSources, SourceRef, compose, regenerate
+
     scenes, res = built_fixture_families
     s = scenes[0]
     ann = copy.deepcopy(res[s.script.id].annotation)
-    src = SceneSources(SourceRef(_path(ann["background"]), ann["background"]["clip_id"]),
-                       [SourceRef(_path(t), t["clip_id"]) for t in ann["turns"]],
-                       [SourceRef(_path(e), e["clip_id"]) for e in ann["events"]])
+    src = SceneSources(
+        SourceRef(_path(ann["background"]), ann["background"]["clip_id"]),
+        [SourceRef(_path(t), t["clip_id"]) for t in ann["turns"]],
+        [SourceRef(_path(e), e["clip_id"]) for e in ann["events"]],
+    )
     forced = compose(s.script, src, 0, rng_key=s.rng_key, clip_gain=0.5)
     assert forced.annotation["gains"]["clip_gain"] == 0.5 and forced.annotation["gains"]["clip_gain_forced"]
     again = regenerate(forced.annotation)
@@ -241,38 +292,58 @@ def test_regenerate_reproduces_a_forced_clip_gain(built_fixture_families):
 
 
 def _path(entry: dict) -> str:
-    from casu_dataset.mixer import _resolve_path
+    from casu_dataset.mix.mixer import _resolve_path
+
     return _resolve_path(entry["path"], [])
 
 
 # -- the built dataset and the harness ----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def family_dataset(tmp_path_factory):
     """The fixture families built into a real dataset folder (no Whisper check: fast)."""
-    from casu_dataset.build import build_dataset
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.mixer import MixConfig
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.mix.mixer import MixConfig
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
+
     cache = Path(os.environ["CASU_CACHE"])
-    b = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
-                     VoiceRegistry().available(), MixConfig(), None)
+    b = SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=cache),
+        SpeechSynth(cache),
+        VoiceRegistry().available(),
+        MixConfig(),
+        None,
+    )
     out = tmp_path_factory.mktemp("families") / "v2"
-    rep = build_dataset(out, compile_families(FIXTURE), b, seed=0, cache_dir=cache, progress=False,
-                        name="CASU-mini v2 fixture")
+    rep = build_dataset(
+        out,
+        compile_families(FIXTURE),
+        b,
+        seed=0,
+        cache_dir=cache,
+        progress=False,
+        name="CASU-mini v2 fixture",
+    )
     assert len(rep.built) == 8 and not rep.skipped
     return out
 
 
 def test_built_dataset_has_family_columns_and_identical_stems(family_dataset):
     import pyarrow.parquet as pq
+
     t = pq.read_table(str(family_dataset / "contextual_reasoning")).to_pylist()
     assert len(t) == 8 and {r["family_id"] for r in t} == {"fx_class_lineup", "fx_go_or_stay"}
-    assert {r["variant"] for r in t if r["family_id"] == "fx_go_or_stay"} == {"go.alarm", "go.phone", "stay.alarm",
-                                                                              "stay.phone"}
+    assert {r["variant"] for r in t if r["family_id"] == "fx_go_or_stay"} == {
+        "go.alarm",
+        "go.phone",
+        "stay.alarm",
+        "stay.phone",
+    }
     d = pq.read_table(str(family_dataset / "scene_description")).to_pylist()
     assert len(d) == 8 and len({r["reference"] for r in d}) == 8  # one reference per variant
     bad, stats = fv.check_built(family_dataset)
@@ -281,9 +352,12 @@ def test_built_dataset_has_family_columns_and_identical_stems(family_dataset):
 
 def test_validity_reports_a_stem_that_differs(family_dataset, tmp_path):
     import shutil
+
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from casu_dataset.audio_io import decode_bytes, encode_flac
+
+    from casu_dataset.core.audio_io import decode_bytes, encode_flac
+
     bad = tmp_path / "bad"
     shutil.copytree(family_dataset, bad)
     f = next((bad / "scenes").glob("*.parquet"))
@@ -307,16 +381,22 @@ def test_removing_the_slot_leaves_any_model_at_chance(family_dataset):
     family's four variants are the same audio (25% per variant, no family right), a crossed
     family's two and two (at most 50%); masking the speech does the same to crossed families."""
     import sys
+
     sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
     from plugin_adapters import AudioHashAdapter
+
     from harness.conditions import parse_conditions
     from harness.data import CasuData
     from harness.evaluate import EvalOptions, evaluate
     from harness.task_config import load_tasks
+
     tasks = load_tasks()
-    ev = evaluate(AudioHashAdapter(), [tasks["contextual_reasoning"], tasks["counterfactual_reasoning"]],
-                  CasuData(family_dataset), EvalOptions(progress=False, probe=False,
-                                                        conditions=parse_conditions("PEB,P_B,_EB")))
+    ev = evaluate(
+        AudioHashAdapter(),
+        [tasks["contextual_reasoning"], tasks["counterfactual_reasoning"]],
+        CasuData(family_dataset),
+        EvalOptions(progress=False, probe=False, conditions=parse_conditions("PEB,P_B,_EB")),
+    )
     cr = ev["results"]["contextual_reasoning"]
     for cond in ("PEB", "P_B", "_EB"):
         assert "family_accuracy" in cr[cond] and set(cr[cond]["by_family_shape"]) == {"slot", "crossed"}

@@ -1,6 +1,7 @@
 """Honest-reader audit: packets show one view per item and never a key; the scorer applies the
 family design (a speech view keeps exactly its version's two keys, a slot family's speech keeps
 all four, a scene view picks its key) and names every broken item."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from casu_dataset import family_audit as fa
-from casu_dataset.scenarios.families import compile_families, families_of
+from casu_dataset.families import audit as fa
+from casu_dataset.families.compile import compile_families, families_of
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,19 +29,35 @@ def test_items_follow_the_family_design(tmp_path):
     views = {f: [k["view"] for k in keys.values() if k["family"] == f] for f in fams}
     slot, crossed = fams["fx_class_lineup"], fams["fx_go_or_stay"]
     # slot: one speech view (all four keys plausible), no sounds view, four scene views per question
-    assert sorted(views["fx_class_lineup"]) == sorted(["speech"] * n_q["fx_class_lineup"] + ["scene"] * 4 * n_q["fx_class_lineup"])
-    assert all(k["expect"] == list("ABCD") for k in keys.values() if k["family"] == "fx_class_lineup" and k["view"] == "speech")
+    assert sorted(views["fx_class_lineup"]) == sorted(
+        ["speech"] * n_q["fx_class_lineup"] + ["scene"] * 4 * n_q["fx_class_lineup"]
+    )
+    assert all(
+        k["expect"] == list("ABCD")
+        for k in keys.values()
+        if k["family"] == "fx_class_lineup" and k["view"] == "speech"
+    )
     # crossed: two speech views and two sounds views, each expecting exactly the two keys that share it
     c = [k for k in keys.values() if k["family"] == "fx_go_or_stay"]
-    assert sum(k["view"] == "speech" for k in c) == sum(k["view"] == "sounds" for k in c) == 2 * n_q["fx_go_or_stay"]
+    assert (
+        sum(k["view"] == "speech" for k in c)
+        == sum(k["view"] == "sounds" for k in c)
+        == 2 * n_q["fx_go_or_stay"]
+    )
     q0 = {sc.variant: sc.questions[0].answer for sc in crossed}
     task0 = crossed[0].questions[0].task
     go = next(k for k in c if k["view"] == "speech" and k["shows"] == "go" and k["task"] == task0)
     assert go["expect"] == sorted(q0[v] for v in q0 if v.startswith("go."))
     # scene views expect the compiled key of their variant
     for sc in slot + crossed:
-        k = next(k for k in keys.values() if k["view"] == "scene" and k["shows"] == sc.variant
-                 and k["family"] == sc.family_id and k["task"] == sc.questions[0].task)
+        k = next(
+            k
+            for k in keys.values()
+            if k["view"] == "scene"
+            and k["shows"] == sc.variant
+            and k["family"] == sc.family_id
+            and k["task"] == sc.questions[0].task
+        )
         assert k["expect"] == [sc.questions[0].answer]
     assert sum(counts.values()) == len(keys) and max(counts.values()) <= 5
 
@@ -81,10 +98,11 @@ def test_a_design_faithful_reader_scores_clean_and_each_break_is_named(tmp_path)
     assert res["scene"]["key_picked"] == res["scene"]["items"]
 
     def spoil(k, a):
-        if k["view"] == "speech" and k["shows"] == "stay":   # the line rules out one fill
+        if k["view"] == "speech" and k["shows"] == "stay":  # the line rules out one fill
             a["plausible"] = a["plausible"][:1]
-        if k["view"] == "scene" and k["shows"] == "bell":    # the reader finds another key
+        if k["view"] == "scene" and k["shows"] == "bell":  # the reader finds another key
             a["pick"] = "D" if k["expect"][0] != "D" else "A"
+
     _answer(tmp_path, keys, spoil)
     res = fa.score(tmp_path)
     assert res["speech"]["single"] > 0 and res["scene"]["key_picked"] < res["scene"]["items"]
@@ -94,8 +112,10 @@ def test_a_design_faithful_reader_scores_clean_and_each_break_is_named(tmp_path)
 
 def test_cli_exit_codes_and_unanswered_items(tmp_path):
     def cli(*a):
-        return subprocess.run([sys.executable, "-m", "casu_dataset", "audit", *a], capture_output=True, text=True,
-                              cwd=ROOT)
+        return subprocess.run(
+            [sys.executable, "-m", "casu_dataset", "audit", *a], capture_output=True, text=True, cwd=ROOT
+        )
+
     r = cli("packets", str(tmp_path), "--scenarios", str(FIXTURE), "--families", "nope")
     assert r.returncode == 2 and "--families" in r.stderr and "nope" in r.stderr
     r = cli("score", str(tmp_path / "empty"))

@@ -1,6 +1,7 @@
 """The harness end to end on a real built dataset: task configs, scoring paths, circular eval,
 the audio probe, error isolation, the response cache and resume after a kill, torchrun
 sharding, the results schema and outputs, and the Hub push operations."""
+
 import json
 import os
 import signal
@@ -19,7 +20,6 @@ from harness.results import document
 from harness.task_config import TaskConfigError, load_task, load_tasks, select_tasks
 from model_adapters.base import Adapter
 
-
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 ENV = {**os.environ, "PYTHONPATH": f"{FIXTURES}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
@@ -27,8 +27,14 @@ TASKS = load_tasks()
 
 
 def harness(*args, check=True, env=ENV, timeout=600):
-    p = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
     return p
@@ -42,6 +48,7 @@ def _results(out: Path, model: str) -> dict:
 
 class Fixed(Adapter):
     """Always replies with one string (or scores preferring one option)."""
+
     name = "fixed"
     supports_loglikelihood = True
 
@@ -60,24 +67,34 @@ class Fixed(Adapter):
 
 # -- task configs -------------------------------------------------------------------------
 
+
 def test_shipped_tasks_validate():
-    assert set(TASKS) == {"contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning",
-                          "scene_description"}
+    assert set(TASKS) == {
+        "contextual_reasoning",
+        "entity_extraction",
+        "role_inference",
+        "counterfactual_reasoning",
+        "scene_description",
+    }
     assert [t.task for t in select_tasks("casu", TASKS)] == sorted(TASKS)
     assert harness("validate").returncode == 0
 
 
-@pytest.mark.parametrize("edit, message", [
-    ({"metrics": ["accuracy", "rouge"]}, "metrics: .*unknown metric"),
-    ({"prompt_template": "{question}"}, "must contain {options}"),
-    ({"answer_format": "free_text"}, "answer_format 'letter' goes with"),
-    ({"prompt_template": "{question} {options} {nonsense}"}, "prompt_template: .*nonsense"),
-    ({"task": "other_name"}, "must match the file name"),
-    ({"generation": {"max_new_tokens": 0}}, "generation.max_new_tokens"),
-    ({"colour": "blue"}, "colour"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"metrics": ["accuracy", "rouge"]}, "metrics: .*unknown metric"),
+        ({"prompt_template": "{question}"}, "must contain {options}"),
+        ({"answer_format": "free_text"}, "answer_format 'letter' goes with"),
+        ({"prompt_template": "{question} {options} {nonsense}"}, "prompt_template: .*nonsense"),
+        ({"task": "other_name"}, "must match the file name"),
+        ({"generation": {"max_new_tokens": 0}}, "generation.max_new_tokens"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
 def test_bad_task_yaml_names_file_and_field(tmp_path, edit, message):
     import yaml
+
     data = yaml.safe_load((ROOT / "tasks" / "role_inference.yaml").read_text())
     data.update(edit)
     f = tmp_path / "role_inference.yaml"
@@ -99,6 +116,7 @@ def test_unknown_task_and_model_fail_before_anything_runs(casu_small, tmp_path):
 
 
 # -- scoring --------------------------------------------------------------------------------
+
 
 def _eval(adapter, casu_small, tasks=("contextual_reasoning",), **kw):
     opts = EvalOptions(progress=False, **kw)
@@ -153,6 +171,7 @@ def test_audio_probe_warns_when_audio_is_ignored(casu_small):
     assert ev["audio_probe"]["status"] == "unchanged"
     sys.path.insert(0, str(FIXTURES))
     from plugin_adapters import AudioHashAdapter
+
     ev = _eval(AudioHashAdapter(), casu_small)
     assert ev["audio_probe"]["status"] == "ok"
     assert _eval(Fixed("A", uses_audio=False), casu_small)["audio_probe"]["status"] == "skipped"
@@ -163,8 +182,15 @@ def test_one_failing_sample_is_recorded_and_the_run_goes_on(casu_small):
     ev = _eval(Fixed("B", fail_on=sid), casu_small, ("role_inference",), batch_size=4, probe=False)
     m = ev["results"]["role_inference"]["PEB"]
     assert m["n_errors"] == 1 and m["n"] == len(CasuData(casu_small).samples("role_inference")) - 1
-    assert ev["errors"] == [{"task": "role_inference", "condition": "PEB", "id": sid, "rotation": 0,
-                             "error": "RuntimeError: boom"}]
+    assert ev["errors"] == [
+        {
+            "task": "role_inference",
+            "condition": "PEB",
+            "id": sid,
+            "rotation": 0,
+            "error": "RuntimeError: boom",
+        }
+    ]
     doc = document(ev, {"name": "fixed"}, {"conditions": ["PEB"]}, {"path": str(casu_small)})
     assert doc["status"] == "errors" and doc["n_errors"] == 1
 
@@ -179,6 +205,7 @@ def test_the_adapters_audio_limits_are_respected(casu_small):
         def generate(self, requests, settings):
             seen.extend(len(r.audio) for r in requests)
             return super().generate(requests, settings)
+
     ev = _eval(Short("A"), casu_small, probe=False, limit=2)
     # --limit keeps whole contrast families (at least one): the 4 variants of one family, each cut
     assert ev["evaluated"]["requests"] == 4 and seen == [8000] * 4 and ev["truncated_audio"] == 4
@@ -186,9 +213,21 @@ def test_the_adapters_audio_limits_are_respected(casu_small):
 
 def test_cli_exit_status_says_when_samples_failed(casu_small, tmp_path):
     sid = CasuData(casu_small).samples("role_inference")[0].id
-    p = harness("--model", "plugin_adapters:AudioHashAdapter", "--model_args", f"fail_on={sid}", "--tasks",
-                "role_inference", "--dataset", str(casu_small), "--output_path", str(tmp_path), "--quiet",
-                "--no_probe", check=False)
+    p = harness(
+        "--model",
+        "plugin_adapters:AudioHashAdapter",
+        "--model_args",
+        f"fail_on={sid}",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(casu_small),
+        "--output_path",
+        str(tmp_path),
+        "--quiet",
+        "--no_probe",
+        check=False,
+    )
     assert p.returncode == 4 and sid in p.stderr
     doc = _results(tmp_path, "plugin_adapters__AudioHashAdapter")
     assert doc["status"] == "errors" and doc["errors"][0]["id"] == sid
@@ -197,6 +236,7 @@ def test_cli_exit_status_says_when_samples_failed(casu_small, tmp_path):
 def test_conditions_and_scene_hint_reach_the_model(casu_small):
     sys.path.insert(0, str(FIXTURES))
     from plugin_adapters import AudioHashAdapter
+
     ev = _eval(AudioHashAdapter(), casu_small, conditions=parse_conditions("all"), probe=False, limit=3)
     recs = ev["samples"]["contextual_reasoning"]
     assert {r["condition"] for r in recs} == {c.name for c in parse_conditions("all")}
@@ -207,23 +247,57 @@ def test_conditions_and_scene_hint_reach_the_model(casu_small):
 
 # -- CLI: outputs, schema, cache, resume, sharding, push -------------------------------------
 
+
 def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     out = tmp_path / "res"
-    p = harness("--model", "plugin_adapters:AudioHashAdapter", "--tasks", "all", "--dataset", str(casu_small),
-                "--output_path", str(out), "--log_samples", "--conditions", "PEB,P__", "--quiet")
+    p = harness(
+        "--model",
+        "plugin_adapters:AudioHashAdapter",
+        "--tasks",
+        "all",
+        "--dataset",
+        str(casu_small),
+        "--output_path",
+        str(out),
+        "--log_samples",
+        "--conditions",
+        "PEB,P__",
+        "--quiet",
+    )
     assert "| Model | BLEU-4 |" in p.stdout
     model_dir = out / "plugin_adapters__AudioHashAdapter"
     doc = _results(out, "plugin_adapters__AudioHashAdapter")
     # every row of every question config was evaluated, once per condition (counted from the files)
     import pyarrow.parquet as pq
-    rows = sum(pq.read_metadata(f).num_rows for t in TASKS.values()
-               for f in (casu_small / t.dataset_config).glob("*.parquet"))
+
+    rows = sum(
+        pq.read_metadata(f).num_rows
+        for t in TASKS.values()
+        for f in (casu_small / t.dataset_config).glob("*.parquet")
+    )
     ev = doc["evaluated"]
     assert rows > 0 and ev["samples"] == rows and ev["requests"] == 2 * rows
-    assert (f"evaluated {2 * rows} requests over {rows} samples from {casu_small} "
-            f"(fingerprint {doc['dataset']['fingerprint']})") in p.stdout
-    for key in ("schema_version", "date", "git_hash", "versions", "model", "config", "dataset", "generation",
-                "scoring", "audio_probe", "results", "n_samples", "status", "errors", "timing"):
+    assert (
+        f"evaluated {2 * rows} requests over {rows} samples from {casu_small} "
+        f"(fingerprint {doc['dataset']['fingerprint']})"
+    ) in p.stdout
+    for key in (
+        "schema_version",
+        "date",
+        "git_hash",
+        "versions",
+        "model",
+        "config",
+        "dataset",
+        "generation",
+        "scoring",
+        "audio_probe",
+        "results",
+        "n_samples",
+        "status",
+        "errors",
+        "timing",
+    ):
         assert key in doc, key
     assert doc["status"] == "ok" and doc["dataset"]["fingerprint"] and doc["versions"]["transformers"]
     assert doc["config"]["conditions"] == ["PEB", "P__"] and doc["audio_probe"]["status"] == "ok"
@@ -231,18 +305,35 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     assert 0 <= acc["ci95"][0] <= acc["value"] <= acc["ci95"][1] <= 1
     sd = doc["results"]["scene_description"]["PEB"]
     assert {"bleu4", "bertscore", "event_match", "one_minus_wer"} <= set(sd)
-    assert sd["bertscore"]["model"].endswith("all-MiniLM-L6-v2") or "minilm" in sd["bertscore"]["model"].lower()
+    assert (
+        sd["bertscore"]["model"].endswith("all-MiniLM-L6-v2") or "minilm" in sd["bertscore"]["model"].lower()
+    )
     for t in TASKS:
-        lines = (model_dir / next(f.name for f in model_dir.glob(f"samples_{t}_*.jsonl"))).read_text().splitlines()
+        lines = (
+            (model_dir / next(f.name for f in model_dir.glob(f"samples_{t}_*.jsonl")))
+            .read_text()
+            .splitlines()
+        )
         assert len(lines) == 2 * doc["n_samples"][t]
-    stamp = sorted(model_dir.glob("casu_results_*.json"))[-1].stem[len("casu_results_"):]
+    stamp = sorted(model_dir.glob("casu_results_*.json"))[-1].stem[len("casu_results_") :]
     md = (model_dir / f"results_{stamp}.md").read_text()  # every file of a run carries its stamp
     assert "Table 1" in md and "Table 2" in md
     assert (model_dir / f"accuracy_by_task_{stamp}.png").stat().st_size > 1000
     assert (model_dir / f"ablation_heatmap_{stamp}.png").stat().st_size > 1000
     # a second run is served from the cache and gives the same results
-    harness("--model", "plugin_adapters:AudioHashAdapter", "--tasks", "all", "--dataset", str(casu_small),
-            "--output_path", str(out), "--conditions", "PEB,P__", "--quiet")
+    harness(
+        "--model",
+        "plugin_adapters:AudioHashAdapter",
+        "--tasks",
+        "all",
+        "--dataset",
+        str(casu_small),
+        "--output_path",
+        str(out),
+        "--conditions",
+        "PEB,P__",
+        "--quiet",
+    )
     doc2 = _results(out, "plugin_adapters__AudioHashAdapter")
     assert doc2["timing"]["model_calls"] == 0 and doc2["timing"]["cache_hits"] >= doc2["timing"]["units"]
     assert doc2["results"] == doc["results"]
@@ -257,11 +348,26 @@ def _rows(db: Path) -> int:
 
 
 def test_a_killed_run_resumes_without_repeating_inference(casu_small, tmp_path):
-    args = ["--model", "plugin_adapters:AudioHashAdapter", "--model_args", "delay=0.15", "--tasks", "casu",
-            "--dataset", str(casu_small), "--quiet", "--no_probe"]
+    args = [
+        "--model",
+        "plugin_adapters:AudioHashAdapter",
+        "--model_args",
+        "delay=0.15",
+        "--tasks",
+        "casu",
+        "--dataset",
+        str(casu_small),
+        "--quiet",
+        "--no_probe",
+    ]
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, "--output_path", str(out)], env=ENV, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args, "--output_path", str(out)],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     db = out / "cache.sqlite"
     t0 = time.time()
     while _rows(db) < 8 and time.time() - t0 < 120 and proc.poll() is None:
@@ -281,43 +387,103 @@ def test_a_killed_run_resumes_without_repeating_inference(casu_small, tmp_path):
 
 
 def test_torchrun_two_processes_give_the_same_results(casu_small, tmp_path):
-    args = ["--model", "plugin_adapters:AudioHashAdapter", "--tasks", "contextual_reasoning,role_inference",
-            "--dataset", str(casu_small), "--quiet", "--log_samples", "--cache", "off"]
+    args = [
+        "--model",
+        "plugin_adapters:AudioHashAdapter",
+        "--tasks",
+        "contextual_reasoning,role_inference",
+        "--dataset",
+        str(casu_small),
+        "--quiet",
+        "--log_samples",
+        "--cache",
+        "off",
+    ]
     harness(*args, "--output_path", str(tmp_path / "one"))
     torchrun = Path(sys.executable).with_name("torchrun")
     # --standalone: torchrun binds its own free rendezvous port (no bind-then-close race).
-    p = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "harness",
-                        *args, "--output_path", str(tmp_path / "two")], env=ENV, cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+    p = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "harness",
+            *args,
+            "--output_path",
+            str(tmp_path / "two"),
+        ],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     one, two = (_results(tmp_path / d, "plugin_adapters__AudioHashAdapter") for d in ("one", "two"))
     assert two["config"]["world_size"] == 2 and one["config"]["world_size"] == 1
     assert one["results"] == two["results"] and one["audio_probe"] == two["audio_probe"]
     for t in ("contextual_reasoning", "role_inference"):
-        a = sorted((tmp_path / "one" / "plugin_adapters__AudioHashAdapter").glob(f"samples_{t}_*"))[0].read_text()
-        b = sorted((tmp_path / "two" / "plugin_adapters__AudioHashAdapter").glob(f"samples_{t}_*"))[0].read_text()
+        a = sorted((tmp_path / "one" / "plugin_adapters__AudioHashAdapter").glob(f"samples_{t}_*"))[
+            0
+        ].read_text()
+        b = sorted((tmp_path / "two" / "plugin_adapters__AudioHashAdapter").glob(f"samples_{t}_*"))[
+            0
+        ].read_text()
         assert a == b
 
 
 def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path):
     from harness.push import plan_push, push
+
     out = tmp_path / "res"
-    harness("--model", "random", "--tasks", "role_inference,scene_description", "--dataset", str(casu_small),
-            "--output_path", str(out), "--log_samples", "--quiet")
+    harness(
+        "--model",
+        "random",
+        "--tasks",
+        "role_inference,scene_description",
+        "--dataset",
+        str(casu_small),
+        "--output_path",
+        str(out),
+        "--log_samples",
+        "--quiet",
+    )
     ops = plan_push(out, "casu-org/casu-results")
-    stamp = next((out / "random").glob("casu_results_*.json")).stem[len("casu_results_"):]
-    assert sorted(o.path_in_repo for o in ops) == sorted([
-        f"random/casu_results_{stamp}.json", f"random/results_{stamp}.json",
-        *(f"random/{pre}samples_{t}_{stamp}.jsonl" for pre in ("", "casu_")
-          for t in ("role_inference", "scene_description")), "README.md"])
+    stamp = next((out / "random").glob("casu_results_*.json")).stem[len("casu_results_") :]
+    assert sorted(o.path_in_repo for o in ops) == sorted(
+        [
+            f"random/casu_results_{stamp}.json",
+            f"random/results_{stamp}.json",
+            *(
+                f"random/{pre}samples_{t}_{stamp}.jsonl"
+                for pre in ("", "casu_")
+                for t in ("role_inference", "scene_description")
+            ),
+            "README.md",
+        ]
+    )
     res = push(out, "casu-org/casu-results", "casu-org/casu", dry_run=True)
     import yaml
+
     entries = yaml.safe_load(res["eval_results_yaml"])
     assert {e["dataset"]["task_id"] for e in entries} == {"role_inference", "scene_description"}
-    assert all(e["dataset"]["id"] == "casu-org/casu" and e["source"]["url"].endswith("casu-org/casu-results")
-               for e in entries)
-    p = harness("push", "--repo", "casu-org/casu-results", "--output_path", str(out), "--dry_run",
-                "--dataset_id", "casu-org/casu", env={**ENV, "HF_TOKEN": "hf_secret_token_123"})
+    assert all(
+        e["dataset"]["id"] == "casu-org/casu" and e["source"]["url"].endswith("casu-org/casu-results")
+        for e in entries
+    )
+    p = harness(
+        "push",
+        "--repo",
+        "casu-org/casu-results",
+        "--output_path",
+        str(out),
+        "--dry_run",
+        "--dataset_id",
+        "casu-org/casu",
+        env={**ENV, "HF_TOKEN": "hf_secret_token_123"},
+    )
     assert "hf_secret_token_123" not in p.stdout + p.stderr and ".eval_results/casu.yaml" in p.stdout
     with pytest.raises(ValueError, match="ORG/NAME"):
         plan_push(out, "no-slash")

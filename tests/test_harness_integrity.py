@@ -2,6 +2,7 @@
 crash-safe, push/table see only complete runs, `validate` catches run-time failures, and a
 run reports how many requests it evaluated. Datasets here are tiny synthetic parquet folders
 written with the builder's own writer; every CLI run gets a temp HOME/HF_HOME."""
+
 import json
 import os
 import socket
@@ -13,8 +14,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from casu_dataset.audio_io import encode_flac
-from casu_dataset.build import CONFIGS, write_parquet
+from casu_dataset.core.audio_io import encode_flac
+from casu_dataset.dataset.build import CONFIGS, write_parquet
 from harness.data import CasuData, DatasetError
 from harness.outputs import atomic_write, clean_stale
 from harness.task_config import TaskConfigError, load_task, load_tasks
@@ -29,15 +30,31 @@ def tiny_dataset(out: Path, n: int, tag: str, answer: str = "A") -> Path:
     rows = {c: [] for c in CONFIGS}
     for i in range(n):
         sid = f"{tag}_scene{i}"
-        audio = {"bytes": encode_flac(0.1 * rng.standard_normal(1600).astype("float32")), "path": f"{sid}/mix.flac"}
-        rows["role_inference"].append({
-            "id": f"{sid}/q0", "scene_id": sid, "task": "role_inference", "audio": audio,
-            "question": f"Who speaks in {tag} {i}?", "options": ["w", "x", "y", "z"], "answer": answer,
-            "rationale": "", "layers": ["speech"], "minimal_pair_id": "", "place": "kitchen",
-            "speech_type": "dialogue"})
+        audio = {
+            "bytes": encode_flac(0.1 * rng.standard_normal(1600).astype("float32")),
+            "path": f"{sid}/mix.flac",
+        }
+        rows["role_inference"].append(
+            {
+                "id": f"{sid}/q0",
+                "scene_id": sid,
+                "task": "role_inference",
+                "audio": audio,
+                "question": f"Who speaks in {tag} {i}?",
+                "options": ["w", "x", "y", "z"],
+                "answer": answer,
+                "rationale": "",
+                "layers": ["speech"],
+                "minimal_pair_id": "",
+                "place": "kitchen",
+                "speech_type": "dialogue",
+            }
+        )
     for c in CONFIGS:
         write_parquet(rows[c], c, out / c / "test-00000-of-00001.parquet")
-    cfg = "\n".join(f"- config_name: {c}\n  data_files:\n  - split: test\n    path: {c}/*.parquet" for c in CONFIGS)
+    cfg = "\n".join(
+        f"- config_name: {c}\n  data_files:\n  - split: test\n    path: {c}/*.parquet" for c in CONFIGS
+    )
     (out / "README.md").write_text(f"---\nconfigs:\n{cfg}\n---\n# tiny {tag}\n")
     return out
 
@@ -46,26 +63,51 @@ def tiny_dataset(out: Path, n: int, tag: str, answer: str = "A") -> Path:
 def env(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    return {**os.environ, "HOME": str(home), "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "1",
-            "CASU_CACHE": str(home / "casu"), "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "CASU_CACHE": str(home / "casu"),
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 def harness(env, *args, check=True):
-    p = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                       timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
     return p
 
 
 def run_random(env, dataset: Path, out: Path, *extra):
-    p = harness(env, "--model", "random", "--tasks", "role_inference", "--dataset", str(dataset), "--output_path",
-                str(out), "--no_probe", "--quiet", *extra)
+    p = harness(
+        env,
+        "--model",
+        "random",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(dataset),
+        "--output_path",
+        str(out),
+        "--no_probe",
+        "--quiet",
+        *extra,
+    )
     doc = json.loads(Path(p.stdout.split("results: ")[1].split()[0]).read_text())
     return p, doc
 
 
 # -- 1. exactly the files on disk ----------------------------------------------------------
+
 
 def test_a_rebuilt_folder_and_a_same_name_folder_are_evaluated_fresh(tmp_path, env):
     # Before: datasets cached a folder by its basename, so these three runs all scored 4 rows.
@@ -84,7 +126,9 @@ def test_a_rebuilt_folder_and_a_same_name_folder_are_evaluated_fresh(tmp_path, e
     assert len(set(fps)) == 3
     assert fps[1] == CasuData(a).fingerprint([("role_inference", "test")])
     assert f"evaluated 1 requests over 1 samples from {a} (fingerprint {fps[1]})" in p2.stdout
-    assert not (Path(env["HF_HOME"]) / "datasets").exists()  # a local folder never goes through datasets' cache
+    assert not (
+        Path(env["HF_HOME"]) / "datasets"
+    ).exists()  # a local folder never goes through datasets' cache
 
 
 def test_the_fingerprint_is_of_the_bytes_that_were_read(tmp_path):
@@ -107,12 +151,23 @@ def test_bad_dataset_contents_fail_with_the_file_and_field(tmp_path, env):
     (d / "role_inference" / "test-00000-of-00001.parquet").write_bytes(b"PAR1 truncated")
     with pytest.raises(DatasetError, match="test-00000-of-00001.parquet: not a readable parquet"):
         CasuData(d).samples("role_inference")
-    p = harness(env, "--model", "random", "--tasks", "role_inference", "--dataset", str(d), "--output_path",
-                str(tmp_path / "res"), check=False)
+    p = harness(
+        env,
+        "--model",
+        "random",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(d),
+        "--output_path",
+        str(tmp_path / "res"),
+        check=False,
+    )
     assert p.returncode == 2 and "not a readable parquet" in p.stderr
 
 
 # -- 2. crash-safe outputs; push and table see complete runs only ---------------------------
+
 
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -125,7 +180,7 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     out = tmp_path / "res"
     _, good = run_random(env, d, out, "--log_samples")
     model_dir = out / "random"
-    good_stamp = next(model_dir.glob("casu_results_*.json")).stem[len("casu_results_"):]
+    good_stamp = next(model_dir.glob("casu_results_*.json")).stem[len("casu_results_") :]
     # what a kill leaves, as older harness versions wrote it: a newer results JSON (no completion
     # record) with a truncated sample log, and in another model folder a results JSON whose log
     # was cut short after it was written
@@ -149,9 +204,13 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     listing = p.stdout.split("would upload to datasets/org/results:\n")[1].split("\n\n")[0]
     ops = [line.strip() for line in listing.splitlines()]
     # CASU's document and sample records, lm-eval's sample lines and results (issue 25), the card
-    assert ops == [f"random/casu_results_{good_stamp}.json", f"random/casu_samples_role_inference_{good_stamp}.jsonl",
-                   f"random/samples_role_inference_{good_stamp}.jsonl", f"random/results_{good_stamp}.json",
-                   "README.md"]
+    assert ops == [
+        f"random/casu_results_{good_stamp}.json",
+        f"random/casu_samples_role_inference_{good_stamp}.jsonl",
+        f"random/samples_role_inference_{good_stamp}.jsonl",
+        f"random/results_{good_stamp}.json",
+        "README.md",
+    ]
     assert p.stderr.count("skipped") == 3 and "not marked complete" in p.stderr and "truncated" in p.stderr
     t = harness(env, "table", str(out))
     rows = [r for r in t.stdout.splitlines() if r.startswith("| ") and not r.startswith("| Model")]
@@ -166,7 +225,8 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
 
 
 def test_atomic_write_never_leaves_a_partial_file(tmp_path):
-    from casu_dataset.atomic import atomic_open
+    from casu_dataset.core.atomic import atomic_open
+
     f = tmp_path / "results.json"
     atomic_write(f, "old")
     with pytest.raises(RuntimeError):
@@ -178,23 +238,28 @@ def test_atomic_write_never_leaves_a_partial_file(tmp_path):
 
 # -- 3. validate catches what would fail at run time ----------------------------------------
 
-@pytest.mark.parametrize("edit, message", [
-    ({"generation": {"do_sample": True}}, "generation: .*do_sample: true needs temperature > 0"),
-    ({"generation": {"temperature": 0.7}}, "generation: .*no effect without do_sample"),
-    ({"generation": {"do_sample": True, "temperature": float("nan")}}, "generation.temperature"),
-    ({"prompt_template": "{question} {options} {}"}, "prompt_template: .*unknown placeholder"),
-    ({"prompt_template": "{question:d} {options}"}, "prompt_template: .*does not render"),
-    ({"prompt_template": "{question!z} {options}"}, "prompt_template: .*does not render"),
-    ({"prompt_template": "{question} {options} {"}, "prompt_template"),
-    ({"dataset_config": "scenes"}, "holds scenes and stems"),
-    ({"dataset_config": "scene_description"}, "has no options"),
-    ({"split": "test/../x"}, "split"),
-])
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"generation": {"do_sample": True}}, "generation: .*do_sample: true needs temperature > 0"),
+        ({"generation": {"temperature": 0.7}}, "generation: .*no effect without do_sample"),
+        ({"generation": {"do_sample": True, "temperature": float("nan")}}, "generation.temperature"),
+        ({"prompt_template": "{question} {options} {}"}, "prompt_template: .*unknown placeholder"),
+        ({"prompt_template": "{question:d} {options}"}, "prompt_template: .*does not render"),
+        ({"prompt_template": "{question!z} {options}"}, "prompt_template: .*does not render"),
+        ({"prompt_template": "{question} {options} {"}, "prompt_template"),
+        ({"dataset_config": "scenes"}, "holds scenes and stems"),
+        ({"dataset_config": "scene_description"}, "has no options"),
+        ({"split": "test/../x"}, "split"),
+    ],
+)
 def test_validate_rejects_settings_that_fail_at_run_time(tmp_path, edit, message):
     import yaml
 
     from harness.prompts import build_prompt
     from harness.runner import settings_for
+
     data = yaml.safe_load((ROOT / "tasks" / "role_inference.yaml").read_text())
     data.update(edit)
     f = tmp_path / "role_inference.yaml"
@@ -208,11 +273,16 @@ def test_validate_rejects_settings_that_fail_at_run_time(tmp_path, edit, message
 
 def test_validate_checks_tasks_against_a_dataset(tmp_path, env):
     import yaml
+
     d = tiny_dataset(tmp_path / "ds", 2, "v")
     p = harness(env, "validate", "--dataset", str(d), str(ROOT / "tasks" / "role_inference.yaml"))
     assert "ok  role_inference" in p.stdout
-    sampling = yaml.safe_load((ROOT / "tasks" / "role_inference.yaml").read_text()) | {"generation": {"do_sample": True}}
-    (tmp_path / "role_inference.yaml").write_text(yaml.safe_dump(sampling))  # passed validate, then failed the run
+    sampling = yaml.safe_load((ROOT / "tasks" / "role_inference.yaml").read_text()) | {
+        "generation": {"do_sample": True}
+    }
+    (tmp_path / "role_inference.yaml").write_text(
+        yaml.safe_dump(sampling)
+    )  # passed validate, then failed the run
     p = harness(env, "validate", str(tmp_path / "role_inference.yaml"), check=False)
     assert p.returncode == 2 and "do_sample: true needs temperature > 0" in p.stderr
     bad_split = yaml.safe_load((ROOT / "tasks" / "role_inference.yaml").read_text()) | {"split": "dev"}
@@ -233,6 +303,7 @@ def test_a_dropped_casudata_frees_its_tables_and_audio(tmp_path):
     import weakref
 
     from harness.conditions import FULL
+
     d = tiny_dataset(tmp_path / "ds", 3, "w")
     data = CasuData(d)
     data.check_all([TASKS["role_inference"]])

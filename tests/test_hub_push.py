@@ -1,20 +1,21 @@
 """Issue 17: `python -m casu_dataset push` as a large-folder upload (huggingface_hub's
 upload_folder: several commits, resumable), against a local server that answers as the Hub does
 and keeps what was committed. Nothing here touches the network."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from fake_hub import FakeHub as Hub
 from conftest import call_main
+from fake_hub import FakeHub as Hub
 
 
 @pytest.fixture
 def hub(monkeypatch):
     """The client online, and pointed at the local server only."""
     import huggingface_hub.constants as C
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(C, "HF_HUB_OFFLINE", False)
     h = Hub()
@@ -40,15 +41,20 @@ def folder(tmp_path):
 
 def cli(*argv) -> tuple[int, str, str]:
     from casu_dataset.cli import main
+
     return call_main(main, argv)
 
 
 def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):
-    from casu_dataset import atomic
-    from casu_dataset.hub import plan_push
+    from casu_dataset.core import atomic
+    from casu_dataset.core.hub import plan_push
+
     plan = plan_push(folder)
-    expected = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                      if p.is_file() and not atomic.is_tmp(p) and ".cache" not in p.parts)
+    expected = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and not atomic.is_tmp(p) and ".cache" not in p.parts
+    )
     assert plan == expected and len(plan) == 301
     assert atomic.is_tmp(folder / "scenes" / ".s000.json.tmp-host-4242")
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder), "--dry_run")
@@ -58,7 +64,8 @@ def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):
 
 
 def test_push_commits_the_plan_in_several_commits_privately_and_resumes(folder, hub):
-    from casu_dataset.hub import plan_push
+    from casu_dataset.core.hub import plan_push
+
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
     assert rc == 0, err
     create = json.loads(next(r for r in hub.requests if r["path"] == "/api/repos/create")["body"])
@@ -80,7 +87,8 @@ def test_push_commits_the_plan_in_several_commits_privately_and_resumes(folder, 
 
 def test_a_refused_commit_is_retried_in_smaller_batches(folder, hub):
     """The pipeline's adaptive batches: a commit the Hub refuses is split and sent again."""
-    from casu_dataset.hub import plan_push, push
+    from casu_dataset.core.hub import plan_push, push
+
     hub.fail_commits = 1
     push(folder, "me/tiny", token="hf_FAKEtoken1234567890")
     assert sorted(p for c in hub.commits for p in c) == plan_push(folder)
@@ -89,6 +97,7 @@ def test_a_refused_commit_is_retried_in_smaller_batches(folder, hub):
 
 def test_hub_failures_and_bad_inputs_are_one_line(folder, tmp_path, monkeypatch):
     import huggingface_hub.constants as C
+
     monkeypatch.setenv("HF_TOKEN", "hf_FAKEtoken1234567890")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the user's own offline setting is kept
     monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
@@ -117,12 +126,28 @@ def test_the_command_goes_online_by_itself(folder, tmp_path):
     import os
     import subprocess
     import sys
+
     h = Hub()
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_ENDPOINT=h.url, HF_TOKEN="hf_FAKEtoken1234567890", HF_HOME=str(tmp_path / "hf"))
     try:
-        p = subprocess.run([sys.executable, "-m", "casu_dataset", "push", "--repo", "me/tiny", "--folder",
-                            str(folder), "--public"], env=env, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "casu_dataset",
+                "push",
+                "--repo",
+                "me/tiny",
+                "--folder",
+                str(folder),
+                "--public",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         h.close()
     assert p.returncode == 0, p.stderr

@@ -1,5 +1,6 @@
 """Shared infrastructure (issue 26): one cache layout, one temp-file rule, one content key, no
 import cycles, library messages through logging."""
+
 from __future__ import annotations
 
 import ast
@@ -14,14 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from casu_dataset import atomic, build_manifest, cache_layout
-from casu_dataset.build import FolderWriter, clean_folder_temps
-from casu_dataset.catalog import Catalog
-from casu_dataset.content_key import content_key
-from casu_dataset.llm.cache import ResponseCache
-from casu_dataset.lock import read_lock
-from casu_dataset.retrieval import catalog_embeddings
-from casu_dataset.scene_cache import clean_scene_cache
+from casu_dataset.core import atomic, cache_layout
+from casu_dataset.core.content_key import content_key
+from casu_dataset.core.llm.cache import ResponseCache
+from casu_dataset.dataset import build_manifest
+from casu_dataset.dataset.build import FolderWriter, clean_folder_temps
+from casu_dataset.dataset.lock import read_lock
+from casu_dataset.dataset.scene_cache import clean_scene_cache
+from casu_dataset.sounds.catalog import Catalog
+from casu_dataset.sounds.retrieval import catalog_embeddings
 from casu_dataset.speech.layer import clean_speech_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +38,10 @@ def _dead_pid() -> int:
 
 # -- 1. one cache root ------------------------------------------------------------------------
 
+
 class _ZeroEmbedder:
     """Stands in for the sentence model: this test is about where the cache file goes."""
+
     model_name = "zero-test"
 
     def encode(self, texts, batch_size=128):
@@ -45,8 +49,9 @@ class _ZeroEmbedder:
 
 
 @pytest.mark.parametrize("env", ["", None])
-def test_an_empty_or_unset_casu_cache_is_the_default_and_nothing_lands_in_the_current_folder(env, tmp_path,
-                                                                                         monkeypatch):
+def test_an_empty_or_unset_casu_cache_is_the_default_and_nothing_lands_in_the_current_folder(
+    env, tmp_path, monkeypatch
+):
     home, cwd = tmp_path / "home", tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -74,14 +79,15 @@ def test_casu_cache_moves_every_cache(tmp_path, monkeypatch):
 
 # -- 2. one temp name, one clean-up rule -------------------------------------------------------
 
+
 def test_every_temp_has_one_name_and_a_dead_writers_temp_goes(tmp_path):
     mine = atomic.tmp_path(tmp_path / "a.json")
     assert mine.name == f".a.json.tmp-{atomic.HOST}-{os.getpid()}"
     assert atomic.tmp_owner(mine) == (atomic.HOST, os.getpid())
     dead = tmp_path / f".b.json.tmp-{atomic.HOST}-{_dead_pid()}"
-    foreign = tmp_path / ".c.json.tmp-other-host.example-1"   # another machine: judged by age only
+    foreign = tmp_path / ".c.json.tmp-other-host.example-1"  # another machine: judged by age only
     old_foreign = tmp_path / ".d.json.tmp-other-host.example-1"
-    plain = tmp_path / ".e.json.tmp"                           # not a temp name: never touched
+    plain = tmp_path / ".e.json.tmp"  # not a temp name: never touched
     for p in (mine, dead, foreign, old_foreign, plain):
         p.write_text("x")
     os.utime(old_foreign, (0, 0))
@@ -118,28 +124,48 @@ def test_a_build_stages_beside_its_output_under_a_name_git_ignores(tmp_path):
 
 # Computed with the code before issue 26 (commit e55318e), on the shipped lock's first scene and
 # a real voice: the keys of caches users have on disk and of the build record must not move.
-PIPER_JOE = {"id": "piper-joe", "engine": "piper", "base": "joe", "gender": "male", "accent": "us", "age": "adult",
-             "pitch_st": 0.0, "tempo": 1.0, "seed": None}
+PIPER_JOE = {
+    "id": "piper-joe",
+    "engine": "piper",
+    "base": "joe",
+    "gender": "male",
+    "accent": "us",
+    "age": "adult",
+    "pitch_st": 0.0,
+    "tempo": 1.0,
+    "seed": None,
+}
 
 
 def test_content_keys_keep_the_values_caches_and_records_were_made_with():
     entry = read_lock(LOCK).scenes["hs_after_school_club.axe"]
     # scene_cache.build_locked_scene's key (contract.content_key before)
-    assert content_key(["locked", 1, "2.0.0", "0123456789abcdef", entry, [PIPER_JOE]], 32) == \
-        "6193ae19775f745a0c0e4356b63cd1ea"
+    assert (
+        content_key(["locked", 1, "2.0.0", "0123456789abcdef", entry, [PIPER_JOE]], 32)
+        == "6193ae19775f745a0c0e4356b63cd1ea"
+    )
     # speech.layer's turn key (its own json.dumps(..., default=str) before)
     text = "Right, let's see it. Show me what you've been practising."
-    assert content_key([2, text, PIPER_JOE, "flite-2.2"]) == \
-        "07e4367689e79a78323f6f1a6fc338a10625452d093faf4d97a8bb975c743ed4"
+    assert (
+        content_key([2, text, PIPER_JOE, "flite-2.2"])
+        == "07e4367689e79a78323f6f1a6fc338a10625452d093faf4d97a8bb975c743ed4"
+    )
     # the response cache (ensure_ascii=False before and now), on a prompt with non-ASCII text
-    msgs = [{"role": "user", "content": "Which sound follows the café’s door chime — the kettle or the bell?"}]
-    assert ResponseCache.key("openai:gpt-x", msgs, None, 64, 0.0) == \
-        "ed1413860c484e27fa7a5d5a78e7ff5f447b705732ed0b99aee629bcbf6816aa"
+    msgs = [
+        {"role": "user", "content": "Which sound follows the café’s door chime — the kettle or the bell?"}
+    ]
+    assert (
+        ResponseCache.key("openai:gpt-x", msgs, None, 64, 0.0)
+        == "ed1413860c484e27fa7a5d5a78e7ff5f447b705732ed0b99aee629bcbf6816aa"
+    )
     # the build record's identity hash
     ident = build_manifest.identity(
         {"sha256": "9618a4b48df89fd761b10cc07637c0d0d03f9aaf846a22ee3f642e2f9293677b"},
-        {"contextual_reasoning": "90b8bc4be1e8ae9e69e35b09dd07619e9ddeaf95bc61e0f965482607bece8a44",
-         "role_inference": "63cf130aae65420e3f03afb797d8b25601121d07dff49ff4e9229566a0e08705"})
+        {
+            "contextual_reasoning": "90b8bc4be1e8ae9e69e35b09dd07619e9ddeaf95bc61e0f965482607bece8a44",
+            "role_inference": "63cf130aae65420e3f03afb797d8b25601121d07dff49ff4e9229566a0e08705",
+        },
+    )
     assert ident["sha256"] == "2e90ba2c1e11e744813c3384686c8f319e5b7c754ab40a2306542ea4940ebe96"
 
 
@@ -192,7 +218,9 @@ def import_graph() -> dict[str, set[str]]:
                     if child.level:
                         up = package.split(".")[: len(package.split(".")) - (child.level - 1)]
                         base = ".".join(up + ([child.module] if child.module else []))
-                    targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in child.names]
+                    targets = [
+                        f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in child.names
+                    ]
                 else:
                     continue
                 for t in targets:
@@ -205,8 +233,12 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_import_graph_has_no_cycle():
     graph = import_graph()
-    assert "casu_dataset.scene_cache" in graph["casu_dataset.executor"]  # the graph sees real imports
-    assert "casu_dataset.ray_executor" in graph["casu_dataset.executor"]  # function-level ones too
+    assert (
+        "casu_dataset.dataset.scene_cache" in graph["casu_dataset.dataset.executor"]
+    )  # the graph sees real imports
+    assert (
+        "casu_dataset.dataset.ray_executor" in graph["casu_dataset.dataset.executor"]
+    )  # function-level ones too
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as err:
@@ -215,16 +247,18 @@ def test_the_import_graph_has_no_cycle():
 
 # -- 5. library messages go through logging ------------------------------------------------------
 
+
 def test_console_logging_shows_library_messages_as_the_cli_printed_them(capsys):
-    from casu_dataset.log import _Console, setup_console_logging
+    from casu_dataset.core.log import _Console, setup_console_logging
+
     logger = logging.getLogger("casu_dataset")
     before = (logger.level, list(logger.handlers))
     try:
         setup_console_logging()
         setup_console_logging()  # idempotent: one line per message
-        logging.getLogger("casu_dataset.build").info("review: a notice")
-        logging.getLogger("casu_dataset.ray_executor").warning("ray: a warning")
-        logging.getLogger("casu_dataset.build").debug("not shown")
+        logging.getLogger("casu_dataset.dataset.build").info("review: a notice")
+        logging.getLogger("casu_dataset.dataset.ray_executor").warning("ray: a warning")
+        logging.getLogger("casu_dataset.dataset.build").debug("not shown")
         out, err = capsys.readouterr()
         assert out == "review: a notice\n" and err == "ray: a warning\n"
     finally:
@@ -236,7 +270,7 @@ def test_console_logging_shows_library_messages_as_the_cli_printed_them(capsys):
 
 def test_library_modules_do_not_print():
     """Only command-line code prints: the CLI modules and a module's own `main()`."""
-    cli_modules = {"__main__.py", "family_cli.py"}
+    cli_modules = {"__main__.py", "generate_cli.py"}
     printing = []
     for p in (ROOT / "casu_dataset").rglob("*.py"):
         if p.name in cli_modules or p.parent.name == "cli":  # casu_dataset/cli/: one module per command
@@ -244,6 +278,9 @@ def test_library_modules_do_not_print():
         tree = ast.parse(p.read_text())
         mains = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "main"]
         allowed = {id(c) for m in mains for c in ast.walk(m)}
-        printing += [f"{p.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
-                     if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print" and id(n) not in allowed]
+        printing += [
+            f"{p.relative_to(ROOT)}:{n.lineno}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print" and id(n) not in allowed
+        ]
     assert printing == []

@@ -1,10 +1,24 @@
 """CASU-mini: coverage, balance, minimal pairs, validation errors and blind baselines."""
+
 from collections import Counter
 
 import pytest
 
-from casu_dataset.scenarios.library import LETTERS, TASKS, LibraryError, all_questions, compile_library
-from casu_dataset.validity import BLIND_TARGET, accuracy, coverage, embedding_chooser, length_heuristics, lm_chooser
+from casu_dataset.families.blind import (
+    BLIND_TARGET,
+    accuracy,
+    coverage,
+    embedding_chooser,
+    length_heuristics,
+    lm_chooser,
+)
+from casu_dataset.legacy.library import (
+    LETTERS,
+    TASKS,
+    LibraryError,
+    compile_library,
+)
+from casu_dataset.script.scenes import all_questions
 
 
 @pytest.fixture(scope="module")
@@ -90,17 +104,24 @@ def test_scenarios_may_ask_any_subset_of_tasks_with_letters_balanced_per_task(tm
 def test_library_errors_name_file_and_scenario(tmp_path):
     four = "\n".join(Q % (t, t) for t in TASKS)
     assert len(compile_library(_write(tmp_path, GOOD % four))) == 1
-    bad_pair = GOOD % four + """  pair: {id: s1b, swap: {event: bell, description: A siren., keywords: [siren], type: siren},
+    bad_pair = (
+        GOOD % four
+        + """  pair: {id: s1b, swap: {event: bell, description: A siren., keywords: [siren], type: siren},
           description: A variant., question: contextual_reasoning, correct: "not an option", why: x}
 """
-    with pytest.raises(LibraryError, match=r"pair s1b: correct: 'not an option' is not one of question contextual_reasoning.s options"):
+    )
+    with pytest.raises(
+        LibraryError,
+        match=r"pair s1b: correct: 'not an option' is not one of question contextual_reasoning.s options",
+    ):
         compile_library(_write(tmp_path, bad_pair))
     with pytest.raises(LibraryError, match=r"scenario s1: .*turns\[0\].speaker: unknown speaker"):
         compile_library(_write(tmp_path, (GOOD % four).replace("{speaker: t,", "{speaker: x,")))
 
 
 def test_blind_embedding_and_length_baselines_near_chance(scenes):
-    from casu_dataset.retrieval import Embedder
+    from casu_dataset.sounds.retrieval import Embedder
+
     qs = all_questions(scenes)
     assert accuracy(qs, embedding_chooser(qs, Embedder())) <= BLIND_TARGET
     for name, choice in length_heuristics(qs).items():
@@ -108,8 +129,9 @@ def test_blind_embedding_and_length_baselines_near_chance(scenes):
 
 
 def test_lm_blind_baseline_runs_on_real_smollm2(scenes):
-    from casu_dataset.llm.local import LocalLM
-    from casu_dataset.validity import BLIND_SYSTEM
+    from casu_dataset.core.llm.local import LocalLM
+    from casu_dataset.families.blind import BLIND_SYSTEM
+
     lm = LocalLM()
     qs = all_questions(scenes)[:6]
     mean, total = lm_chooser(qs, lm)
@@ -117,15 +139,17 @@ def test_lm_blind_baseline_runs_on_real_smollm2(scenes):
     # each choice is the option the real model scores best from the question alone: by mean
     # log-prob per token, and by summed log-prob
     for q, m, t in zip(qs, mean, total):
-        lps = lm.option_logprobs([{"role": "system", "content": BLIND_SYSTEM}, {"role": "user", "content": q.question}],
-                                 q.options)
+        lps = lm.option_logprobs(
+            [{"role": "system", "content": BLIND_SYSTEM}, {"role": "user", "content": q.question}], q.options
+        )
         assert len(lps) == 4 and all(lp < 0 and n > 0 for lp, n in lps), lps
         per_token = [lp / n for lp, n in lps]
         assert per_token[m] == max(per_token) and lps[t][0] == max(lp for lp, _ in lps), (q.id, lps, m, t)
 
 
 def test_every_layer_is_realisable_with_the_bank(scenes, tmp_path):
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.retrieval import Retriever
-    from casu_dataset.validity import realisability
+    from casu_dataset.families.blind import realisability
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
+
     assert realisability(scenes, Retriever(Catalog.embedded(), cache_dir=tmp_path)) == []

@@ -5,6 +5,7 @@
 (not counted as failures); a request that keeps failing is a failed sample (reported, retried by
 the next run) and the run goes on, unless the failure rate passes the limit. Bounded: 32
 questions a run, a few seconds each."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from flaky_api import FlakyAPI
 from test_harness_integrity import tiny_dataset
 
@@ -23,13 +23,27 @@ N = 32
 
 def run(ds: Path, out: Path, url: str, concurrency: int, *extra, retries: int = 6) -> tuple[int, str, float]:
     from harness.__main__ import main
+
     buf = io.StringIO()
     t = time.perf_counter()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        rc = main(["--model", "openai-audio", "--model_args",
-                   f"model=m,base_url={url},concurrency={concurrency},max_retries={retries},backoff=0.05",
-                   "--tasks", "role_inference", "--dataset", str(ds), "--output_path", str(out), "--no_probe",
-                   "--quiet", *extra])
+        rc = main(
+            [
+                "--model",
+                "openai-audio",
+                "--model_args",
+                f"model=m,base_url={url},concurrency={concurrency},max_retries={retries},backoff=0.05",
+                "--tasks",
+                "role_inference",
+                "--dataset",
+                str(ds),
+                "--output_path",
+                str(out),
+                "--no_probe",
+                "--quiet",
+                *extra,
+            ]
+        )
     return rc, buf.getvalue(), time.perf_counter() - t
 
 
@@ -48,8 +62,13 @@ def test_throughput_rises_with_concurrency_and_every_request_is_answered_once(ds
         assert rc == 0, out[-2000:]
         assert len(api.answered) == N and set(api.answered.values()) == {1}, api.answered  # each once
         assert api.max_in_flight == conc, (conc, api.max_in_flight)
-        figures[conc] = {"in_flight": api.max_in_flight, "req_per_s": round(N / secs, 2), "seconds": round(secs, 2),
-                         "status": dict(api.status), "failed_samples": 0}
+        figures[conc] = {
+            "in_flight": api.max_in_flight,
+            "req_per_s": round(N / secs, 2),
+            "seconds": round(secs, 2),
+            "status": dict(api.status),
+            "failed_samples": 0,
+        }
     print("\nload figures:", json.dumps(figures))
     assert figures[8]["req_per_s"] > 2 * figures[1]["req_per_s"], figures
     assert figures[1]["status"].get("429", 0) > 0 and figures[1]["status"].get("500", 0) > 0  # it was flaky
@@ -76,7 +95,9 @@ def test_a_request_that_keeps_failing_is_a_failed_sample_and_the_next_run_retrie
     with api as url:
         rc, out, _ = run(ds, tmp_path / "res", url, 8, retries=2)
         assert rc == 4 and "1 sample(s) failed" in out and "load_scene7/q0" in out, out[-2000:]
-        assert len(api.answered) == N - 1 and api.attempts[next(p for p in api.attempts if "load 7?" in p)] == 3
+        assert (
+            len(api.answered) == N - 1 and api.attempts[next(p for p in api.attempts if "load 7?" in p)] == 3
+        )
         doc = json.loads(sorted((tmp_path / "res").glob("*/casu_results_*.json"))[-1].read_text())
         assert doc["status"] == "errors" and [e["id"] for e in doc["errors"]] == ["load_scene7/q0"]
         api.always_fail = None
@@ -111,13 +132,28 @@ def test_a_killed_concurrent_run_resumes_without_repeating_cached_requests(ds, t
     import sqlite3
     import subprocess
     import sys
+
     root = Path(__file__).resolve().parents[1]
     api = FlakyAPI(p429=0, p500=0, pdrop=0, latency=(0.05, 0.1))
     out = tmp_path / "res"
     with api as url:
-        argv = [sys.executable, "-m", "harness", "--model", "openai-audio", "--model_args",
-                f"model=m,base_url={url},concurrency=4", "--tasks", "role_inference", "--dataset", str(ds),
-                "--output_path", str(out), "--no_probe", "--quiet"]
+        argv = [
+            sys.executable,
+            "-m",
+            "harness",
+            "--model",
+            "openai-audio",
+            "--model_args",
+            f"model=m,base_url={url},concurrency=4",
+            "--tasks",
+            "role_inference",
+            "--dataset",
+            str(ds),
+            "--output_path",
+            str(out),
+            "--no_probe",
+            "--quiet",
+        ]
         env = {**os.environ, "PYTHONPATH": str(root)}
         env.pop("OPENAI_API_KEY", None)
         p = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

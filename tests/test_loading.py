@@ -1,6 +1,7 @@
 """Reading a built dataset on a standard install (no torchcodec): plain `load_dataset` row access,
 iteration and filters, the default `all` config, `casu_dataset.load` items with decoded audio,
 its named errors, and parquet row groups sized for streaming."""
+
 import io
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ def _counts(folder):
 
 def test_rows_readable_without_torchcodec(casu_small, tmp_path, no_torchcodec):
     import datasets
+
     ds = datasets.load_dataset(str(casu_small), "contextual_reasoning", split="test", cache_dir=str(tmp_path))
     assert ds.features["audio"].decode is False  # from the parquet schema, not a cast
     row = ds[0]
@@ -43,6 +45,7 @@ def test_rows_readable_without_torchcodec(casu_small, tmp_path, no_torchcodec):
 
 def test_default_config_is_all_questions(casu_small, tmp_path, no_torchcodec):
     import datasets
+
     counts = _counts(casu_small)
     ds = datasets.load_dataset(str(casu_small), split="test", cache_dir=str(tmp_path))  # no config named
     assert len(ds) == sum(counts.values())
@@ -59,8 +62,12 @@ def test_load_items_decoded(casu_small, no_torchcodec):
     ref, sr = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
     assert it.waveform.dtype == np.float32 and it.sample_rate == sr == 16000
     np.testing.assert_array_equal(it.waveform, ref)
-    assert (it.question, it.options, it.key, it.scene_id) == (row["question"], row["options"], row["answer"],
-                                                              row["scene_id"])
+    assert (it.question, it.options, it.key, it.scene_id) == (
+        row["question"],
+        row["options"],
+        row["answer"],
+        row["scene_id"],
+    )
     assert it.options[it.key_index] and it.key in "ABCD"
     assert all(hasattr(it, f) for f in FAMILY_FIELDS)
     everything = casu_dataset.load(str(casu_small))  # default: every multiple-choice question
@@ -71,16 +78,22 @@ def test_load_items_decoded(casu_small, no_torchcodec):
 
 def test_load_family_fields(tmp_path, session_cache):
     """A v2 build of the two fixture contrast families: every item carries its family columns."""
-    from casu_dataset.build import build_dataset
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.mixer import MixConfig
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
-    from casu_dataset.scenarios.families import compile_families
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.families.compile import compile_families
+    from casu_dataset.mix.mixer import MixConfig
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    b = SceneBuilder(Retriever(Catalog.embedded(), cache_dir=session_cache), SpeechSynth(session_cache),
-                     VoiceRegistry().available(), MixConfig(), None)
+
+    b = SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=session_cache),
+        SpeechSynth(session_cache),
+        VoiceRegistry().available(),
+        MixConfig(),
+        None,
+    )
     fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
     out = tmp_path / "v2"
     build_dataset(out, compile_families(fixture), b, seed=0, cache_dir=session_cache, progress=False)
@@ -91,7 +104,13 @@ def test_load_family_fields(tmp_path, session_cache):
 
 
 def test_load_named_errors(casu_small, tmp_path):
-    from casu_dataset.loading import ConfigNotFound, DatasetNotFound, LoadError, UnknownTask
+    from casu_dataset.dataset.loading import (
+        ConfigNotFound,
+        DatasetNotFound,
+        LoadError,
+        UnknownTask,
+    )
+
     with pytest.raises(DatasetNotFound, match="no_such_folder"):
         casu_dataset.load(tmp_path / "no_such_folder", "contextual_reasoning")
     with pytest.raises(UnknownTask, match="'nope'.*contextual_reasoning"):
@@ -106,7 +125,8 @@ def test_load_named_errors(casu_small, tmp_path):
 
 
 def test_parquet_row_groups_of_100(tmp_path, casu_small):
-    from casu_dataset.build import write_parquet
+    from casu_dataset.dataset.build import write_parquet
+
     rows = pq.read_table(str(casu_small / "contextual_reasoning"), use_threads=False).to_pylist()
     many = [dict(rows[0], id=f"q{i}") for i in range(250)]
     write_parquet(many, "contextual_reasoning", tmp_path / "a.parquet")
@@ -120,8 +140,10 @@ def test_eval_yaml_lists_the_tasks(casu_small):
     """Exactly the Hub's documented eval.yaml keys (it is validated at push time), no YAML aliases,
     and the value each task reports named in the description."""
     import yaml
-    from casu_dataset.card import EVAL_TASK_KEYS, EVAL_YAML_KEYS
+
     from casu_dataset.contract import mcq_tasks
+    from casu_dataset.dataset.card import EVAL_TASK_KEYS, EVAL_YAML_KEYS
+
     text = (casu_small / "eval.yaml").read_text()
     doc = yaml.safe_load(text)
     assert tuple(doc) == EVAL_YAML_KEYS == ("name", "description", "evaluation_framework", "tasks")
@@ -132,7 +154,10 @@ def test_eval_yaml_lists_the_tasks(casu_small):
     for tid, t in by_id.items():
         assert tuple(t) == EVAL_TASK_KEYS and t["split"] == "test" and (casu_small / t["config"]).is_dir()
     values = doc["description"].split("(0-100, full audio): ")[1]
-    assert f"{', '.join(mcq_tasks())}: accuracy x100" in values and "scene_description: BERTScore F1 x100" in values
+    assert (
+        f"{', '.join(mcq_tasks())}: accuracy x100" in values
+        and "scene_description: BERTScore F1 x100" in values
+    )
     assert "(eval.yaml)" in (casu_small / "README.md").read_text()
 
 
@@ -143,15 +168,22 @@ def test_eval_results_entries_match_the_datasets_eval_yaml(casu_small):
 
     from harness import simple_evaluate
     from harness.push import eval_results_entries
+
     doc = yaml.safe_load((casu_small / "eval.yaml").read_text())
     res = simple_evaluate("random", tasks="all", dataset=str(casu_small), probe=False, limit=2)
-    entries = eval_results_entries(res.document, "org/casu", "https://huggingface.co/datasets/org/casu-results")
+    entries = eval_results_entries(
+        res.document, "org/casu", "https://huggingface.co/datasets/org/casu-results"
+    )
     ids = {t["id"] for t in doc["tasks"]}
     assert {e["dataset"]["task_id"] for e in entries} == ids
     # "role_inference, ...: accuracy x100; scene_description: BERTScore F1 x100" -> task -> label
     values = doc["description"].split("(0-100, full audio): ")[1].split(". ")[0]
-    label = {tid.strip(): lab for part in values.split("; ") for tids, lab in [part.split(": ")]
-             for tid in tids.split(",")}
+    label = {
+        tid.strip(): lab
+        for part in values.split("; ")
+        for tids, lab in [part.split(": ")]
+        for tid in tids.split(",")
+    }
     names = {"accuracy": "accuracy x100", "bertscore_f1": "BERTScore F1 x100"}
     for e in entries:
         assert e["evaluation_framework"] == doc["evaluation_framework"] and 0 <= e["value"] <= 100
@@ -163,8 +195,9 @@ def test_reader_checks_the_build_once_and_rows_keep_no_audio(casu_small, monkeyp
     compared with the record; a row is frozen and holds no audio bytes of its own."""
     import dataclasses
 
-    from casu_dataset import build_manifest
-    from casu_dataset.reader import BuiltDataset, LoadError, Row
+    from casu_dataset.dataset import build_manifest
+    from casu_dataset.dataset.reader import BuiltDataset, LoadError, Row
+
     calls = []
     real = build_manifest.verify
     monkeypatch.setattr(build_manifest, "verify", lambda *a, **k: calls.append(a) or real(*a, **k))
@@ -194,14 +227,19 @@ def test_reader_checks_the_build_once_and_rows_keep_no_audio(casu_small, monkeyp
 def test_reader_refuses_bad_rows_naming_them(tmp_path, casu_small):
     import pyarrow as pa
 
-    from casu_dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+
     t = pq.read_table(str(casu_small / "role_inference"), use_threads=False)
     rows = t.to_pylist()
     out = tmp_path / "ds"
     (out / "role_inference").mkdir(parents=True)
     bad = [dict(rows[0], answer="E")] + rows[1:]
-    pq.write_table(pa.Table.from_pylist(bad, schema=t.schema), out / "role_inference" / "test-00000-of-00001.parquet")
-    with pytest.raises(LoadError, match=rf"config 'role_inference' row 0 \({rows[0]['id']}\): answer 'E' is not one"):
+    pq.write_table(
+        pa.Table.from_pylist(bad, schema=t.schema), out / "role_inference" / "test-00000-of-00001.parquet"
+    )
+    with pytest.raises(
+        LoadError, match=rf"config 'role_inference' row 0 \({rows[0]['id']}\): answer 'E' is not one"
+    ):
         BuiltDataset(out).rows("role_inference")
     with pytest.raises(LoadError, match=r"config 'x/\.\.' is not a plain folder name"):
         BuiltDataset(out).rows("x/..")
@@ -211,13 +249,19 @@ def test_a_hub_id_reads_the_rows_the_folder_holds(casu_small, tmp_path, monkeypa
     """A Hub id goes through datasets.load_dataset (here a repo serving the folder's own files)
     and gives the same rows, audio read from the Arrow table."""
     import datasets
+
     real = datasets.load_dataset
     asked = []
 
     def hub(repo, config, split):
         asked.append((repo, config, split))
-        return real("parquet", data_files=casu_dataset.data_files(casu_small, config, split), split=split,
-                    cache_dir=str(tmp_path))
+        return real(
+            "parquet",
+            data_files=casu_dataset.data_files(casu_small, config, split),
+            split=split,
+            cache_dir=str(tmp_path),
+        )
+
     monkeypatch.setattr(datasets, "load_dataset", hub)
     rows = casu_dataset.load("casu-org/casu", "role_inference")
     local = casu_dataset.load(casu_small, "role_inference")

@@ -1,9 +1,9 @@
 """One CASU-mini on every machine: the family timeline by construction, the realization lock
 (relock, follow, stale, drift), one build per folder (atomic swap, kills after each rename, mixed
 folders refused by every reader) and the dataset identity in results and tables."""
+
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -13,31 +13,47 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from casu_dataset import build_manifest
-from casu_dataset.audio_io import load_audio, wav_bytes
-from casu_dataset.lock import LockError, lock_path, read_lock
-from casu_dataset.mixer import MixConfig, SceneSources, SourceRef, compose
-from casu_dataset.scenarios.families import compile_families
 from conftest import ROOT
+
+from casu_dataset.core.audio_io import load_audio, wav_bytes
+from casu_dataset.dataset import build_manifest
+from casu_dataset.dataset.lock import lock_path, read_lock
+from casu_dataset.families.compile import compile_families
+from casu_dataset.mix.mixer import MixConfig, SceneSources, SourceRef, compose
 
 FIXTURE = ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"
 
 
 def _builder(cache: Path, lock=None):
-    from casu_dataset.catalog import Catalog
-    from casu_dataset.realize import SceneBuilder
-    from casu_dataset.retrieval import Retriever
+    from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    return SceneBuilder(Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache),
-                        VoiceRegistry().available(), MixConfig(), None, lock=lock)
+
+    return SceneBuilder(
+        Retriever(Catalog.embedded(), cache_dir=cache),
+        SpeechSynth(cache),
+        VoiceRegistry().available(),
+        MixConfig(),
+        None,
+        lock=lock,
+    )
 
 
 def _build(out, lib, cache, lock=None, relock=False, scenes=None):
-    from casu_dataset.build import build_dataset
-    return build_dataset(out, scenes or compile_families(lib), _builder(cache, lock), seed=0, cache_dir=cache,
-                         progress=False, name="lock fixture", relock=lib if relock else None)
+    from casu_dataset.dataset.build import build_dataset
+
+    return build_dataset(
+        out,
+        scenes or compile_families(lib),
+        _builder(cache, lock),
+        seed=0,
+        cache_dir=cache,
+        progress=False,
+        name="lock fixture",
+        relock=lib if relock else None,
+    )
 
 
 def _parquet_bytes(folder: Path) -> dict:
@@ -57,12 +73,14 @@ def locked(tmp_path_factory, session_cache):
 
 # -- invariants by construction ---------------------------------------------------------------
 
+
 def test_one_timeline_per_family_whatever_the_tts_lengths(speech_wavs, clips_dir, tmp_path):
     """Two speech versions 1 sample apart (TTS lengths differ by machine): the family reserves whole
     samples, so both get one length and one timeline, and the bed and events are byte-identical.
     Before, the reserve was rounded to 1e-6 s and scenes of 198474/198475 samples came out one
     sample apart (ws_ev_ouch, ws_x_kitchen_close on an AVX-512 machine)."""
-    from casu_dataset.script import parse_script
+    from casu_dataset.script.schema import parse_script
+
     x = load_audio(speech_wavs[0], 16000)
     n = 198475 - 6 * 16000 if x.shape[0] > 198475 - 6 * 16000 else x.shape[0] | 1  # an odd length
     long_ = np.concatenate([x, np.zeros(max(0, n - x.shape[0]), np.float32)])[:n]
@@ -71,17 +89,32 @@ def test_one_timeline_per_family_whatever_the_tts_lengths(speech_wavs, clips_dir
         p = tmp_path / f"v{i}.wav"
         p.write_bytes(wav_bytes(y, 16000))
         paths.append(p)
-    s = parse_script({"id": "fam", "place": "school", "speech_type": "monologue",
-                      "background": {"description": "a playground", "keywords": ["school"]},
-                      "speakers": [{"id": "T", "role": "teacher", "gender": "female"}],
-                      "turns": [{"speaker": "T", "text": "It's time to go."}],
-                      "events": [{"id": "bell", "description": "a bell", "keywords": ["bell"],
-                                  "anchor": {"type": "after_turn", "turn": 0, "offset": 0.2}}]})
+    s = parse_script(
+        {
+            "id": "fam",
+            "place": "school",
+            "speech_type": "monologue",
+            "background": {"description": "a playground", "keywords": ["school"]},
+            "speakers": [{"id": "T", "role": "teacher", "gender": "female"}],
+            "turns": [{"speaker": "T", "text": "It's time to go."}],
+            "events": [
+                {
+                    "id": "bell",
+                    "description": "a bell",
+                    "keywords": ["bell"],
+                    "anchor": {"type": "after_turn", "turn": 0, "offset": 0.2},
+                }
+            ],
+        }
+    )
     reserve = [n / 16000]
     out = []
     for p in paths:
-        src = SceneSources(SourceRef(str(clips_dir / "ba__school_playground__School1.ogg"), "bed"),
-                           [SourceRef(str(p), "turn")], [SourceRef(str(clips_dir / "ev__electric_bell_ring__savebell2.ogg"), "bell")])
+        src = SceneSources(
+            SourceRef(str(clips_dir / "ba__school_playground__School1.ogg"), "bed"),
+            [SourceRef(str(p), "turn")],
+            [SourceRef(str(clips_dir / "ev__electric_bell_ring__savebell2.ogg"), "bell")],
+        )
         out.append(compose(s, src, seed=3, rng_key="fam", turn_reserve=reserve))
     a, b = out
     assert a.annotation["num_samples"] == b.annotation["num_samples"]
@@ -91,6 +124,7 @@ def test_one_timeline_per_family_whatever_the_tts_lengths(speech_wavs, clips_dir
 
 
 # -- the lock ---------------------------------------------------------------------------------
+
 
 def test_a_locked_cold_build_reproduces_the_reference_bytes(locked, tmp_path):
     lib, ref, rep = locked
@@ -125,10 +159,16 @@ def test_drift_is_conformed_reported_and_bounded(locked, tmp_path, session_cache
     d = next(x for x in rep.drift if x["scene_id"] == entry["scene_id"])
     assert d["turns"][0] == {"padded": -300, "pcm_equal": False} and "speech" in d["stems"]
     # Against the reference folder: only that scene's speech and mixture differ, by how much is told.
-    from casu_dataset.lock import compare_folders
+    from casu_dataset.dataset.lock import compare_folders
+
     diff = [r for r in compare_folders(ref, tmp_path / "out") if not r["equal"]]
-    assert {(r["scene_id"], r["stem"]) for r in diff} == {(entry["scene_id"], "speech"), (entry["scene_id"], "mixture")}
-    assert all(r["max_diff_db"] is not None and r["max_diff_db"] < 0 and abs(r["lufs_diff"]) < 0.5 for r in diff)
+    assert {(r["scene_id"], r["stem"]) for r in diff} == {
+        (entry["scene_id"], "speech"),
+        (entry["scene_id"], "mixture"),
+    }
+    assert all(
+        r["max_diff_db"] is not None and r["max_diff_db"] < 0 and abs(r["lufs_diff"]) < 0.5 for r in diff
+    )
     # Far beyond the bound: not the same speech; the scene fails with the numbers (and so the
     # CLI build, whose default is --max-skips 0).
     entry["turns"][0]["samples"] -= 5000
@@ -141,8 +181,14 @@ def test_drift_is_conformed_reported_and_bounded(locked, tmp_path, session_cache
 
 def _cli_build(*args, cache):
     env = dict(os.environ, CASU_CACHE=str(cache))
-    return subprocess.run([sys.executable, "-m", "casu_dataset", "build", "--no-check-speech", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "casu_dataset", "build", "--no-check-speech", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_stale_or_mismatched_lock_is_a_named_error(locked, tmp_path, session_cache):
@@ -150,10 +196,18 @@ def test_stale_or_mismatched_lock_is_a_named_error(locked, tmp_path, session_cac
     lib2 = tmp_path / lib.name
     shutil.copy(lib, lib2)
     shutil.copy(lock_path(lib), lock_path(lib2))
-    lib2.write_text(lib2.read_text().replace("Line up", "Line up now", 1) if "Line up" in lib2.read_text()
-                    else lib2.read_text() + "\n# edited\n")
+    lib2.write_text(
+        lib2.read_text().replace("Line up", "Line up now", 1)
+        if "Line up" in lib2.read_text()
+        else lib2.read_text() + "\n# edited\n"
+    )
     p = _cli_build("--out", str(tmp_path / "o"), "--scenarios", str(lib2), cache=session_cache)
-    assert p.returncode == 2 and "stale lock" in p.stderr and str(lock_path(lib2)) in p.stderr and "--relock" in p.stderr
+    assert (
+        p.returncode == 2
+        and "stale lock" in p.stderr
+        and str(lock_path(lib2)) in p.stderr
+        and "--relock" in p.stderr
+    )
     shutil.copy(lib, lib2)
     p = _cli_build("--out", str(tmp_path / "o"), "--scenarios", str(lib2), "--seed", "1", cache=session_cache)
     assert p.returncode == 2 and "seed=0" in p.stderr and "seed" in p.stderr
@@ -164,8 +218,9 @@ def test_stale_or_mismatched_lock_is_a_named_error(locked, tmp_path, session_cac
 
 
 def test_the_shipped_library_carries_its_lock():
-    from casu_dataset.lock import library_sha256
-    from casu_dataset.scenarios.families import DEFAULT_V2_DIR
+    from casu_dataset.dataset.lock import library_sha256
+    from casu_dataset.families.compile import DEFAULT_V2_DIR
+
     lock = read_lock(lock_path(DEFAULT_V2_DIR))
     assert lock.header["library_sha256"] == library_sha256(DEFAULT_V2_DIR), "stale: run build --relock"
     assert lock.header["scenes"] == len(compile_families(DEFAULT_V2_DIR)) == len(lock.scenes)
@@ -173,9 +228,13 @@ def test_the_shipped_library_carries_its_lock():
 
 # -- one build per folder ---------------------------------------------------------------------
 
-def test_a_kill_after_each_rename_leaves_the_old_or_the_new_build(locked, tmp_path, session_cache, monkeypatch):
-    import casu_dataset.atomic as atomic
-    build = importlib.import_module("casu_dataset.build")  # the module (casu_dataset.build is the API function)
+
+def test_a_kill_after_each_rename_leaves_the_old_or_the_new_build(
+    locked, tmp_path, session_cache, monkeypatch
+):
+    import casu_dataset.core.atomic as atomic
+    import casu_dataset.dataset.build as build
+
     lib, _, _ = locked
     scenes = compile_families(lib)
     one_family = [s for s in scenes if s.family_id == scenes[0].family_id]
@@ -198,7 +257,9 @@ def test_a_kill_after_each_rename_leaves_the_old_or_the_new_build(locked, tmp_pa
                 if calls["n"] == k:
                     raise Killed  # as a kill right after this rename
                 return r
+
             return wrapper
+
         monkeypatch.setattr(build.os, "replace", counted(real_replace))
         monkeypatch.setattr(build.atomic, "exchange", counted(real_exchange))
         try:
@@ -230,12 +291,15 @@ def _mixed(locked, tmp_path, session_cache) -> tuple[Path, Path]:
 
 def test_readers_refuse_a_folder_mixing_two_builds(locked, tmp_path, session_cache):
     from casu_dataset import load
-    from casu_dataset.family_validity import check_built
-    from casu_dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.families.validity import check_built
+
     a, b = _mixed(locked, tmp_path, session_cache)
     f = "contextual_reasoning/test-00000-of-00001.parquet"
     shutil.copy(b / f, a / f)  # one config from another build
-    with pytest.raises(LoadError, match=r"contextual_reasoning/test-00000-of-00001.parquet: not the file build"):
+    with pytest.raises(
+        LoadError, match=r"contextual_reasoning/test-00000-of-00001.parquet: not the file build"
+    ):
         BuiltDataset(a).table("contextual_reasoning")
     with pytest.raises(Exception, match="not the file build"):
         load(a, "contextual_reasoning")
@@ -259,9 +323,28 @@ def test_harness_refuses_a_mixed_folder_and_records_the_identity(locked, tmp_pat
     outs = tmp_path / "res"
 
     def run(ds, *extra):
-        return subprocess.run([sys.executable, "-m", "harness", "--model", "random", "--tasks", "contextual_reasoning",
-                               "--dataset", str(ds), "--output_path", str(outs), *extra],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "--model",
+                "random",
+                "--tasks",
+                "contextual_reasoning",
+                "--dataset",
+                str(ds),
+                "--output_path",
+                str(outs),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
     p = run(b)
     assert p.returncode == 0, p.stderr[-2000:]
     docs = [json.loads(x.read_text()) for x in outs.rglob("*.json") if '"identity"' in x.read_text()]
@@ -270,10 +353,28 @@ def test_harness_refuses_a_mixed_folder_and_records_the_identity(locked, tmp_pat
     lm = [json.loads(x.read_text()) for x in outs.rglob("results_*.json")]  # lm-eval's file
     assert lm and lm[0]["casu"]["dataset_identity"]["sha256"] == want
     from harness.results import table1
-    d1 = {"model": {"name": "random"}, "config": {}, "results": {}, "dataset": {"identity": {"sha256": "x" * 64}}}
-    d2 = {"model": {"name": "other"}, "config": {}, "results": {}, "dataset": {"identity": {"sha256": "y" * 64}}}
+
+    d1 = {
+        "model": {"name": "random"},
+        "config": {},
+        "results": {},
+        "dataset": {"identity": {"sha256": "x" * 64}},
+    }
+    d2 = {
+        "model": {"name": "other"},
+        "config": {},
+        "results": {},
+        "dataset": {"identity": {"sha256": "y" * 64}},
+    }
     t = table1(d1, d2)
     assert "other†" in t and "evaluated on other data" in t and "random†" not in t
-    shutil.copy(b / "contextual_reasoning" / "test-00000-of-00001.parquet", a / "contextual_reasoning" / "test-00000-of-00001.parquet")
+    shutil.copy(
+        b / "contextual_reasoning" / "test-00000-of-00001.parquet",
+        a / "contextual_reasoning" / "test-00000-of-00001.parquet",
+    )
     p = run(a)
-    assert p.returncode == 2 and "contextual_reasoning/test-00000-of-00001.parquet" in p.stderr and "Traceback" not in p.stderr
+    assert (
+        p.returncode == 2
+        and "contextual_reasoning/test-00000-of-00001.parquet" in p.stderr
+        and "Traceback" not in p.stderr
+    )

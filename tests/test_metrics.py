@@ -1,4 +1,5 @@
 """Every metric against values computed by hand."""
+
 import math
 
 import numpy as np
@@ -24,18 +25,28 @@ def test_bootstrap_interval():
 
 
 def test_paired_accuracy_needs_both_variants_right():
-    recs = [{"minimal_pair_id": "p1", "correct": True}, {"minimal_pair_id": "p1", "correct": True},
-            {"minimal_pair_id": "p2", "correct": True}, {"minimal_pair_id": "p2", "correct": False},
-            {"minimal_pair_id": "p3", "correct": True},  # its partner is missing: not a pair
-            {"minimal_pair_id": "", "correct": False}]
+    recs = [
+        {"minimal_pair_id": "p1", "correct": True},
+        {"minimal_pair_id": "p1", "correct": True},
+        {"minimal_pair_id": "p2", "correct": True},
+        {"minimal_pair_id": "p2", "correct": False},
+        {"minimal_pair_id": "p3", "correct": True},  # its partner is missing: not a pair
+        {"minimal_pair_id": "", "correct": False},
+    ]
     m = M.paired_accuracy(recs)
     assert (m["value"], m["n"]) == (0.5, 2)
 
 
 def test_breakdown_by_layers():
-    recs = [{"layers": ["speech", "event"], "correct": True}, {"layers": ["event", "speech"], "correct": False},
-            {"layers": ["speech"], "correct": True}]
-    assert M.breakdown(recs, "layers") == {"event+speech": {"value": 0.5, "n": 2}, "speech": {"value": 1.0, "n": 1}}
+    recs = [
+        {"layers": ["speech", "event"], "correct": True},
+        {"layers": ["event", "speech"], "correct": False},
+        {"layers": ["speech"], "correct": True},
+    ]
+    assert M.breakdown(recs, "layers") == {
+        "event+speech": {"value": 0.5, "n": 2},
+        "speech": {"value": 1.0, "n": 1},
+    }
 
 
 def test_one_minus_wer_on_quoted_speech():
@@ -43,7 +54,7 @@ def test_one_minus_wer_on_quoted_speech():
     d = 'An instructor says "check the fuel and flaps" while an engine starts.'
     assert M.one_minus_wer(d, ["Check the fuel and the flaps."]) == pytest.approx(1 - 1 / 6)
     assert M.quoted_speech("no quotes here") == "no quotes here"
-    assert M.quoted_speech('He says “hello there” and ‘bye’.') == "hello there bye"
+    assert M.quoted_speech("He says “hello there” and ‘bye’.") == "hello there bye"
     assert M.one_minus_wer("words " * 40, ["short reference"]) == 0.0  # floored
     assert M.one_minus_wer("anything", []) is None  # a scene without speech
 
@@ -87,6 +98,7 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
 
     from harness.__main__ import main
     from harness.task_config import TaskConfigError, builtin_tasks_dir, load_task
+
     cfg = yaml.safe_load((builtin_tasks_dir() / "role_inference.yaml").read_text())
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -95,14 +107,40 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     with pytest.raises(TaskConfigError, match=r"metrics: .*unknown metric\(s\) \['picked_a'\]"):
         load_task(yaml_path)
 
-    M.register_metric(M.Metric("picked_a", (M.MCQ,), _picked_a, higher_is_better=False, lmeval="picked_a",
-                               sample_key="picked_a", label="Picked A"))
+    M.register_metric(
+        M.Metric(
+            "picked_a",
+            (M.MCQ,),
+            _picked_a,
+            higher_is_better=False,
+            lmeval="picked_a",
+            sample_key="picked_a",
+            label="Picked A",
+        )
+    )
     request.addfinalizer(lambda: M.unregister_metric("picked_a"))
     assert load_task(yaml_path).metrics == ["accuracy", "picked_a"]
     out = tmp_path / "out"
-    rc, stdout, stderr = call_main(main, ["--model", "random", "--tasks", "role_inference_a", "--include_path",
-                                          str(tasks), "--dataset", str(casu_small), "--output_path", str(out),
-                                          "--log_samples", "--quiet", "--no_probe", "--cache", "off"])
+    rc, stdout, stderr = call_main(
+        main,
+        [
+            "--model",
+            "random",
+            "--tasks",
+            "role_inference_a",
+            "--include_path",
+            str(tasks),
+            "--dataset",
+            str(casu_small),
+            "--output_path",
+            str(out),
+            "--log_samples",
+            "--quiet",
+            "--no_probe",
+            "--cache",
+            "off",
+        ],
+    )
     assert rc == 0, stderr
     run = out / "random"
     doc = json.loads(next(run.glob("casu_results_*.json")).read_text())
@@ -113,15 +151,20 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     assert len(recs) == m["n"] > 0 and m["picked_a"]["value"] == share and 0 < share < 1
     assert [r["picked_a"] for r in recs] == [float(r["parsed"] == "A") for r in recs]
     md = next(run.glob("results_*.md")).read_text().splitlines()
+
     def cells(line):
         return [c.strip() for c in line.strip().strip("|").split("|")]
+
     head = cells(next(line for line in md if line.startswith("| Task | Condition |")))
     row = cells(next(line for line in md if line.startswith("| role_inference_a | PEB |")))
     assert len(row) == len(head) and row[head.index("Picked A")] == f"{100 * share:.2f}"
     lm = json.loads(next(run.glob("results_*.json")).read_text())
     assert lm["results"]["role_inference_a"]["picked_a,none"] == share
     assert lm["higher_is_better"]["role_inference_a"] == {"acc": True, "family_acc": True, "picked_a": False}
-    lines = [json.loads(line) for line in next(run.glob("samples_role_inference_a_*.jsonl")).read_text().splitlines()]
+    lines = [
+        json.loads(line)
+        for line in next(run.glob("samples_role_inference_a_*.jsonl")).read_text().splitlines()
+    ]
     assert [line["picked_a"] for line in lines] == [float(r["parsed"] == "A") for r in recs]
     assert all("picked_a" in line["metrics"] for line in lines)
 

@@ -1,30 +1,59 @@
 """Mix-level intelligibility on real scenes: real flite speech, real bank clips, real Whisper."""
+
 import json
 
 import pytest
 
-from casu_dataset.mixer import ClipCache, MixConfig, SceneSources, SourceRef, compose
-from casu_dataset.script import parse_script
+from casu_dataset.mix.mixer import (
+    ClipCache,
+    MixConfig,
+    SceneSources,
+    SourceRef,
+    compose,
+)
+from casu_dataset.script.schema import parse_script
 from casu_dataset.speech.intelligibility import WhisperChecker
-from casu_dataset.speech.mix_check import (DEFAULT_MIN_RATIO_DB, MixIntelligibilityError, TranscriptCache,
-                                           check_mix, overlaps)
+from casu_dataset.speech.mix_check import (
+    DEFAULT_MIN_RATIO_DB,
+    MixIntelligibilityError,
+    TranscriptCache,
+    check_mix,
+    overlaps,
+)
 
-TURNS = [{"speaker": "T", "text": "It's time to go, everyone. Please line up by the door."},
-         {"speaker": "S", "text": "Okay, we are coming right now."}]  # what conftest's speech_wavs say
+TURNS = [
+    {"speaker": "T", "text": "It's time to go, everyone. Please line up by the door."},
+    {"speaker": "S", "text": "Okay, we are coming right now."},
+]  # what conftest's speech_wavs say
 
 
 def scene(anchor: dict, sid: str):
-    return parse_script({
-        "id": sid, "place": "home", "speech_type": "conversation",
-        "background": {"description": "a fan hums", "keywords": ["fan"]},
-        "speakers": [{"id": "T", "role": "teacher", "gender": "female"},
-                     {"id": "S", "role": "student", "gender": "male"}],
-        "turns": TURNS,
-        "events": [{"id": "jackhammer", "description": "a jackhammer", "keywords": ["jackhammer"], "anchor": anchor}]})
+    return parse_script(
+        {
+            "id": sid,
+            "place": "home",
+            "speech_type": "conversation",
+            "background": {"description": "a fan hums", "keywords": ["fan"]},
+            "speakers": [
+                {"id": "T", "role": "teacher", "gender": "female"},
+                {"id": "S", "role": "student", "gender": "male"},
+            ],
+            "turns": TURNS,
+            "events": [
+                {
+                    "id": "jackhammer",
+                    "description": "a jackhammer",
+                    "keywords": ["jackhammer"],
+                    "anchor": anchor,
+                }
+            ],
+        }
+    )
 
 
 class CountingChecker(WhisperChecker):
     """The real checker, counting how often Whisper actually runs."""
+
     calls = 0
 
     def transcribe(self, audio):
@@ -41,7 +70,8 @@ def mix(clips_dir, speech_wavs, anchor, sid, event_snr):
     sources = SceneSources(
         SourceRef(str(clips_dir / "ba__indoor_hum_appliance__FanLoop.ogg"), "fan"),
         [SourceRef(str(p), p.stem) for p in speech_wavs],
-        [SourceRef(str(clips_dir / "ev__jackhammer__33_Jackhammer.ogg"), "jackhammer")])
+        [SourceRef(str(clips_dir / "ev__jackhammer__33_Jackhammer.ogg"), "jackhammer")],
+    )
     cfg = MixConfig(speech_snr_db=(12.0, 12.0), event_snr_db=(event_snr, event_snr))
     return compose(scene(anchor, sid), sources, seed=1, cfg=cfg, cache=ClipCache())
 
@@ -86,9 +116,13 @@ def test_overlapped_turn_is_transcribed_once_and_cached_on_disk(clips_dir, speec
 def test_without_checker_ratios_are_recorded_and_still_enforced(clips_dir, speech_wavs):
     ok = mix(clips_dir, speech_wavs, {"type": "during_turn", "turn": 0, "offset": 0.3}, "jack_quiet", 0.0)
     rec = check_mix(ok, None)
-    assert [t["checked"] for t in rec["turns"]] == [False, False] and all(t["wer"] is None for t in rec["turns"])
+    assert [t["checked"] for t in rec["turns"]] == [False, False] and all(
+        t["wer"] is None for t in rec["turns"]
+    )
     bad = mix(clips_dir, speech_wavs, {"type": "during_turn", "turn": 0, "offset": 0.3}, "jack_during", 24.0)
-    with pytest.raises(MixIntelligibilityError, match="turn 0: speech-to-rest -?[0-9.]+ dB < 3 dB; overlapped by"):
+    with pytest.raises(
+        MixIntelligibilityError, match="turn 0: speech-to-rest -?[0-9.]+ dB < 3 dB; overlapped by"
+    ):
         check_mix(bad, None)
 
 

@@ -1,33 +1,61 @@
 """The mixer on real bank recordings and real flite speech."""
+
 import json
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from casu_dataset.audio_io import AudioError, load_audio
-from casu_dataset.loudness import gated_lufs, kweight, measure_lufs
-from casu_dataset.mixer import ClipCache, MixConfig, SceneSources, SourceRef, compose, regenerate
-from casu_dataset.script import parse_script
-from casu_dataset.timeline import TimelineError
+from casu_dataset.core.audio_io import AudioError, load_audio
+from casu_dataset.core.loudness import gated_lufs, kweight, measure_lufs
+from casu_dataset.mix.mixer import (
+    ClipCache,
+    MixConfig,
+    SceneSources,
+    SourceRef,
+    compose,
+    regenerate,
+)
+from casu_dataset.script.schema import parse_script
+from casu_dataset.script.timeline import TimelineError
 
 SR = 16000
 
 
 def script(events=None, turns=None):
-    return parse_script({
-        "id": "dismissal", "place": "school", "speech_type": "conversation",
-        "background": {"description": "children in a playground", "keywords": ["school", "children"]},
-        "speakers": [{"id": "T", "role": "teacher", "gender": "female"},
-                     {"id": "S", "role": "student", "gender": "male", "age": "child"}],
-        "turns": turns or [{"speaker": "T", "text": "It's time to go, everyone. Please line up by the door."},
-                           {"speaker": "S", "text": "Okay, we are coming right now."}],
-        "events": events if events is not None else [
-            {"id": "bell", "description": "a school bell rings", "keywords": ["bell"],
-             "anchor": {"type": "after_turn", "turn": 0, "offset": 0.2}},
-            {"id": "door", "description": "a door closes", "keywords": ["door"],
-             "anchor": {"type": "during_turn", "turn": 1, "offset": 0.3}}],
-    })
+    return parse_script(
+        {
+            "id": "dismissal",
+            "place": "school",
+            "speech_type": "conversation",
+            "background": {"description": "children in a playground", "keywords": ["school", "children"]},
+            "speakers": [
+                {"id": "T", "role": "teacher", "gender": "female"},
+                {"id": "S", "role": "student", "gender": "male", "age": "child"},
+            ],
+            "turns": turns
+            or [
+                {"speaker": "T", "text": "It's time to go, everyone. Please line up by the door."},
+                {"speaker": "S", "text": "Okay, we are coming right now."},
+            ],
+            "events": events
+            if events is not None
+            else [
+                {
+                    "id": "bell",
+                    "description": "a school bell rings",
+                    "keywords": ["bell"],
+                    "anchor": {"type": "after_turn", "turn": 0, "offset": 0.2},
+                },
+                {
+                    "id": "door",
+                    "description": "a door closes",
+                    "keywords": ["door"],
+                    "anchor": {"type": "during_turn", "turn": 1, "offset": 0.3},
+                },
+            ],
+        }
+    )
 
 
 @pytest.fixture
@@ -35,8 +63,11 @@ def sources(clips_dir, speech_wavs):
     return SceneSources(
         SourceRef(str(clips_dir / "ba__school_playground__School1.ogg"), "ba__school_playground__School1"),
         [SourceRef(str(p), p.stem) for p in speech_wavs],
-        [SourceRef(str(clips_dir / "ev__electric_bell_ring__savebell2.ogg"), "bell"),
-         SourceRef(str(clips_dir / "ev__door_open_close_slam__DoorClose2.ogg"), "door")])
+        [
+            SourceRef(str(clips_dir / "ev__electric_bell_ring__savebell2.ogg"), "bell"),
+            SourceRef(str(clips_dir / "ev__door_open_close_slam__DoorClose2.ogg"), "door"),
+        ],
+    )
 
 
 def test_outputs_shape_rate_and_sum(sources):
@@ -64,21 +95,28 @@ def test_timing_resolution_follows_anchors(sources):
     # the speech stem is silent outside the turns
     sp = r.stems["speech"]
     assert not sp[: int(t0["onset"] * SR) - 1].any()
-    assert sp[int(t0["onset"] * SR): int(t0["offset"] * SR)].any()
+    assert sp[int(t0["onset"] * SR) : int(t0["offset"] * SR)].any()
 
 
 def test_at_time_and_start_anchors(sources):
-    ev = [{"id": "bell", "description": "bell", "keywords": ["bell"], "anchor": {"type": "start", "offset": 0.1}},
-          {"id": "door", "description": "door", "keywords": ["door"], "anchor": {"type": "at", "time": 6.0}}]
+    ev = [
+        {
+            "id": "bell",
+            "description": "bell",
+            "keywords": ["bell"],
+            "anchor": {"type": "start", "offset": 0.1},
+        },
+        {"id": "door", "description": "door", "keywords": ["door"], "anchor": {"type": "at", "time": 6.0}},
+    ]
     a = compose(script(events=ev), sources, seed=1).annotation
     assert a["events"][0]["onset"] == pytest.approx(0.1)
-    assert a["turns"][0]["onset"] >= a["events"][0]["offset"]   # the scene opens with the bell
+    assert a["turns"][0]["onset"] >= a["events"][0]["offset"]  # the scene opens with the bell
     assert a["events"][1]["onset"] == pytest.approx(6.0)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_layer_loudness_within_half_LU_measured_by_pyloudnorm(sources, seed):
-    cfg = MixConfig(fixed_duration=20.0)   # forces the 4 s bed to loop with crossfades
+    cfg = MixConfig(fixed_duration=20.0)  # forces the 4 s bed to loop with crossfades
     r = compose(script(), sources, seed=seed, cfg=cfg)
     assert r.annotation["background"]["looped"]
     for layer in ("background", "speech", "events"):
@@ -92,7 +130,7 @@ def test_layer_loudness_within_half_LU_measured_by_pyloudnorm(sources, seed):
 
 def test_fast_gating_matches_pyloudnorm(clips_dir):
     x = load_audio(clips_dir / "ba__rain__StereoRain.ogg")[: 20 * SR]
-    x[3 * SR: 6 * SR] = 0  # silence exercises both gates
+    x[3 * SR : 6 * SR] = 0  # silence exercises both gates
     assert gated_lufs(kweight(x, SR), SR) == pytest.approx(measure_lufs(x, SR), abs=1e-3)
 
 
@@ -170,5 +208,9 @@ def test_timeline_overrun_is_an_error(sources, speech_wavs):
     long_turn = SourceRef(str(speech_wavs[0]), "t")
     cfg = MixConfig(fixed_duration=3.0)
     with pytest.raises(TimelineError, match="scene dismissal: the timeline needs"):
-        compose(script(turns=turns), SceneSources(sources.background, [long_turn, long_turn], sources.events),
-                seed=0, cfg=cfg)
+        compose(
+            script(turns=turns),
+            SceneSources(sources.background, [long_turn, long_turn], sources.events),
+            seed=0,
+            cfg=cfg,
+        )

@@ -1,18 +1,19 @@
 """The numbers CASU records are the same on every x86-64 CPU: proven on one machine by running
-the same computations under forced instruction-set settings (casu_dataset/isa.py: torch's ATen
+the same computations under forced instruction-set settings (casu_dataset/core/isa.py: torch's ATen
 and MKL/oneDNN dispatch, CTranslate2's ISA, numpy's dispatched loops, OpenBLAS's core type).
 
 Before: the float32 MiniLM encoder gave other bytes under AVX-512 than under the generic kernels
 (and for a sentence alone vs in a batch), and int8 Whisper heard "seatbelt fastened" as "seat
 look fast and" under the AVX2 and AVX-512 kernels but not the generic one."""
+
 import json
 import subprocess
 import sys
 
 import pytest
-
-from casu_dataset.isa import SETTINGS, describe, env_for
 from conftest import ROOT
+
+from casu_dataset.core.isa import SETTINGS, describe, env_for
 
 pytestmark = pytest.mark.slow
 
@@ -21,14 +22,25 @@ pytestmark = pytest.mark.slow
 def probes(speech_wavs, clips_dir):
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
-    wav = SpeechSynth().synthesize("Please keep your seatbelt fastened while the sign is on.",
-                                   VoiceRegistry()["flite-slt"])
-    args = [str(wav), str(clips_dir / "ba__school_playground__School1.ogg"),
-            str(clips_dir / "ev__electric_bell_ring__savebell2.ogg")]
+
+    wav = SpeechSynth().synthesize(
+        "Please keep your seatbelt fastened while the sign is on.", VoiceRegistry()["flite-slt"]
+    )
+    args = [
+        str(wav),
+        str(clips_dir / "ba__school_playground__School1.ogg"),
+        str(clips_dir / "ev__electric_bell_ring__savebell2.ogg"),
+    ]
     out = {}
     for name in SETTINGS:
-        p = subprocess.run([sys.executable, str(ROOT / "tests" / "isa_probe.py"), *args], env=env_for(name),
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "isa_probe.py"), *args],
+            env=env_for(name),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, f"{name}: {p.stderr[-2000:]}"
         out[name] = json.loads(p.stdout.strip().splitlines()[-1])
     return out

@@ -1,5 +1,6 @@
 """`build --executor ray` on a local 2-CPU Ray cluster: the same bytes as the local build, also when a
 worker process is killed mid-build, and a bad scene skipped with the same reason."""
+
 from __future__ import annotations
 
 import copy
@@ -13,21 +14,28 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
-from casu_dataset.build import build_dataset  # noqa: E402
-from casu_dataset.realize import make_builder  # noqa: E402
-from casu_dataset.scenarios.families import compile_families  # noqa: E402
+from casu_dataset.dataset.build import build_dataset  # noqa: E402
+from casu_dataset.families.compile import compile_families  # noqa: E402
+from casu_dataset.mix.realize import make_builder  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
 
 
 def _bytes(folder: Path) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+    )
     yield
     ray.shutdown()
 
@@ -38,8 +46,18 @@ def spec(session_cache):
 
 
 def _build(out, scenes, spec, cache, executor="local"):
-    return build_dataset(out, scenes, make_builder(spec), seed=0, cache_dir=cache, progress=False,
-                         builder_spec=spec, executor=executor, max_skips=None, name="ray fixture")
+    return build_dataset(
+        out,
+        scenes,
+        make_builder(spec),
+        seed=0,
+        cache_dir=cache,
+        progress=False,
+        builder_spec=spec,
+        executor=executor,
+        max_skips=None,
+        name="ray fixture",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +76,12 @@ def test_ray_build_is_byte_identical(cluster, local, spec, tmp_path):
 
 def test_killed_worker_is_retried_and_output_identical(cluster, local, spec, tmp_path):
     import psutil
+
     killed, result = [], {}
 
     def run():
         result["rep"] = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
+
     t = threading.Thread(target=run)
     t.start()
     deadline = time.time() + 120

@@ -1,4 +1,5 @@
 """Human review: the decisions file, the build applying it, and the page in real headless Chromium."""
+
 import json
 import os
 import re
@@ -11,11 +12,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import build_small_v1
 
 from casu_dataset.review.decisions import DecisionLog, decisions_path, load
 from casu_dataset.review.server import serve
-
-from conftest import build_small_v1
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -25,22 +25,40 @@ def test_corrupt_lines_are_reported_by_number_and_the_rest_kept(tmp_path):
     log = DecisionLog(f)
     log.append({"reviewer": "ann", "kind": "question", "item": "s/q1", "action": "accept"})
     with open(f, "a") as fh:
-        fh.write('{"reviewer": "ann", "kind": "question", "item": "s/q2", "act\n')      # cut off mid-write
+        fh.write('{"reviewer": "ann", "kind": "question", "item": "s/q2", "act\n')  # cut off mid-write
         fh.write('{"reviewer": "ann", "kind": "question", "item": "s/q3", "action": "maybe"}\n')
     log.append({"reviewer": "ann", "kind": "scene", "item": "s", "action": "reject", "comment": "too loud"})
     rv = load(f)
     assert [n for n, _ in rv.bad_lines] == [2, 3]
-    assert "line 2" in rv.bad_lines[0][1] and "action 'maybe'" in rv.bad_lines[1][1] and str(f) in rv.bad_lines[0][1]
+    assert (
+        "line 2" in rv.bad_lines[0][1]
+        and "action 'maybe'" in rv.bad_lines[1][1]
+        and str(f) in rv.bad_lines[0][1]
+    )
     assert rv.status("question", "s/q1") == "accept" and rv.status("scene", "s") == "reject"
     assert rv.counts() == {"reviewed": 2, "accepted": 1, "edited": 0, "rejected": 1}
 
 
 def test_two_reviewers_keep_both_and_the_newest_wins(tmp_path):
     log = DecisionLog(tmp_path / "d.jsonl")
-    log.append({"reviewer": "ann", "kind": "question", "item": "s/q1", "action": "accept",
-                "time": "2026-12-01T10:00:00+00:00"})
-    log.append({"reviewer": "bob", "kind": "question", "item": "s/q1", "action": "reject",
-                "time": "2026-12-01T11:00:00+00:00"})
+    log.append(
+        {
+            "reviewer": "ann",
+            "kind": "question",
+            "item": "s/q1",
+            "action": "accept",
+            "time": "2026-12-01T10:00:00+00:00",
+        }
+    )
+    log.append(
+        {
+            "reviewer": "bob",
+            "kind": "question",
+            "item": "s/q1",
+            "action": "reject",
+            "time": "2026-12-01T11:00:00+00:00",
+        }
+    )
     log.append({"reviewer": "ann", "kind": "question", "item": "s/q2", "action": "accept"})
     log.append({"reviewer": "bob", "kind": "question", "item": "s/q2", "action": "accept"})
     rv = log.review()
@@ -50,13 +68,32 @@ def test_two_reviewers_keep_both_and_the_newest_wins(tmp_path):
 
 def test_bad_decisions_name_the_field(tmp_path):
     from casu_dataset.review.decisions import DecisionError
+
     log = DecisionLog(tmp_path / "d.jsonl")
-    for rec, msg in [({"kind": "question", "item": "x", "action": "accept"}, "reviewer"),
-                     ({"reviewer": "a", "kind": "scene", "item": "x", "action": "edit"}, "only questions"),
-                     ({"reviewer": "a", "kind": "question", "item": "x", "action": "edit",
-                       "edit": {"question": "q", "options": ["a", "b", "c"], "answer": "A"}}, "edit.options"),
-                     ({"reviewer": "a", "kind": "question", "item": "x", "action": "edit",
-                       "edit": {"question": "q", "options": list("abcd"), "answer": "E"}}, "edit.answer")]:
+    for rec, msg in [
+        ({"kind": "question", "item": "x", "action": "accept"}, "reviewer"),
+        ({"reviewer": "a", "kind": "scene", "item": "x", "action": "edit"}, "only questions"),
+        (
+            {
+                "reviewer": "a",
+                "kind": "question",
+                "item": "x",
+                "action": "edit",
+                "edit": {"question": "q", "options": ["a", "b", "c"], "answer": "A"},
+            },
+            "edit.options",
+        ),
+        (
+            {
+                "reviewer": "a",
+                "kind": "question",
+                "item": "x",
+                "action": "edit",
+                "edit": {"question": "q", "options": list("abcd"), "answer": "E"},
+            },
+            "edit.answer",
+        ),
+    ]:
         with pytest.raises(DecisionError, match=msg):
             log.append(rec)
     assert not (tmp_path / "d.jsonl").exists()
@@ -75,10 +112,15 @@ def served(casu_small_v1, tmp_path):
 
 def test_server_rejects_unknown_items_with_a_clear_error(served):
     ds, url, _ = served
-    token = re.search(r'name="casu-token" content="([^"]+)"', urllib.request.urlopen(url).read().decode()).group(1)
-    req = urllib.request.Request(url + "api/decision", method="POST", headers={"Content-Type": "application/json",
-                                                                               "X-CASU-Token": token},
-                                 data=json.dumps({"kind": "question", "item": "nope/q", "action": "accept"}).encode())
+    token = re.search(
+        r'name="casu-token" content="([^"]+)"', urllib.request.urlopen(url).read().decode()
+    ).group(1)
+    req = urllib.request.Request(
+        url + "api/decision",
+        method="POST",
+        headers={"Content-Type": "application/json", "X-CASU-Token": token},
+        data=json.dumps({"kind": "question", "item": "nope/q", "action": "accept"}).encode(),
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req)
     assert err.value.code == 400 and "nope/q" in json.loads(err.value.read())["error"]
@@ -87,12 +129,21 @@ def test_server_rejects_unknown_items_with_a_clear_error(served):
 
 def _chrome():
     from selenium import webdriver
+
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required",
-              "--mute-audio", "--window-size=1400,1000"):
+    for a in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--autoplay-policy=no-user-gesture-required",
+        "--mute-audio",
+        "--window-size=1400,1000",
+    ):
         opts.add_argument(a)
-    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver"))
+    return webdriver.Chrome(
+        options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver")
+    )
 
 
 def _wait(fn, timeout=20.0):
@@ -108,6 +159,7 @@ def _wait(fn, timeout=20.0):
 def test_review_page_end_to_end_in_chromium(served, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+
     ds, url, data = served
     drv = _chrome()
     try:
@@ -115,7 +167,12 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
         try:
             _wait(lambda: drv.execute_script("return cur"))
             drv.execute_script("openScene('school_dismissal')")  # 4 questions (pair variants have 1)
-            _wait(lambda: drv.execute_script("return cur") == "school_dismissal" and drv.find_elements(By.ID, "item-3"))
+            _wait(
+                lambda: (
+                    drv.execute_script("return cur") == "school_dismissal"
+                    and drv.find_elements(By.ID, "item-3")
+                )
+            )
         except AssertionError:
             state = drv.execute_script("return [typeof S, cur, items.length, S && S.scenes.length]")
             raise AssertionError(f"page did not load: {drv.get_log('browser')} {state}") from None
@@ -123,7 +180,11 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
         qids = drv.execute_script("return items.slice(1).map(i => i.item)")
         # the mixture plays in the browser (FLAC served from the parquet)
         drv.execute_script("document.getElementById('mix').play()")
-        _wait(lambda: drv.execute_script("const m = document.getElementById('mix'); return !m.paused && m.currentTime > 0"))
+        _wait(
+            lambda: drv.execute_script(
+                "const m = document.getElementById('mix'); return !m.paused && m.currentTime > 0"
+            )
+        )
         drv.find_element(By.CSS_SELECTOR, "#reviewer").clear()
         drv.find_element(By.CSS_SELECTOR, "#reviewer").send_keys("ann")
         drv.execute_script("setFocus(1)")
@@ -156,19 +217,29 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
     finally:
         drv.quit()
     rv = load(decisions_path(ds))
-    assert {k[1]: d["reviewer"] for k, d in rv.final.items()} == {qids[0]: "ann", qids[1]: "ann", qids[2]: "ann"}
+    assert {k[1]: d["reviewer"] for k, d in rv.final.items()} == {
+        qids[0]: "ann",
+        qids[1]: "ann",
+        qids[2]: "ann",
+    }
     edited = rv.final[("question", qids[2])]["edit"]
     assert edited["answer"] == "C"
     # a rebuild into the same folder applies them
     rep = build_small_v1(ds, tmp_path / "lib")
-    rows = {r["id"]: r for c in ("contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning")
-            for r in pq.read_table(ds / c).to_pylist()}
+    rows = {
+        r["id"]: r
+        for c in ("contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning")
+        for r in pq.read_table(ds / c).to_pylist()
+    }
     assert qids[0] in rows and qids[1] not in rows
     assert rows[qids[2]]["question"] == edited["question"] and rows[qids[2]]["answer"] == "C"
     assert rows[qids[2]]["options"] == edited["options"]
     applied = rep.review["applied"]  # review.apply adds family counts (all 0 in a v1 dataset)
-    assert {k: applied[k] for k in ("questions_rejected", "questions_edited", "scenes_rejected")} == \
-        {"questions_rejected": 1, "questions_edited": 1, "scenes_rejected": 0}
+    assert {k: applied[k] for k in ("questions_rejected", "questions_edited", "scenes_rejected")} == {
+        "questions_rejected": 1,
+        "questions_edited": 1,
+        "scenes_rejected": 0,
+    }
     assert all(v == 0 for k, v in applied.items() if k.startswith("famil"))
     card = (ds / "README.md").read_text()
     assert "3 items reviewed, 1 accepted, 1 edited, 1 rejected" in card

@@ -4,6 +4,7 @@ is all four variants or nothing), the family API over HTTP and the family view i
 The v2 dataset is the fixture library compiled for real (two families, 8 variants, questions
 with shared options and per-variant keys), turned into rows by the build's own row writer
 with short synthetic audio instead of a render, so it takes well under a second."""
+
 from __future__ import annotations
 
 import copy
@@ -18,12 +19,18 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from casu_dataset.audio_io import encode_flac
-from casu_dataset.build import CONFIGS, PARQUET, _rows, write_parquet
+from casu_dataset.core.audio_io import encode_flac
+from casu_dataset.dataset.build import CONFIGS, PARQUET, _rows, write_parquet
+from casu_dataset.families.compile import compile_families
 from casu_dataset.review.apply import apply_review
-from casu_dataset.review.decisions import DecisionError, DecisionLog, decisions_path, load, validate
+from casu_dataset.review.decisions import (
+    DecisionError,
+    DecisionLog,
+    decisions_path,
+    load,
+    validate,
+)
 from casu_dataset.review.server import serve
-from casu_dataset.scenarios.families import compile_families
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
 SR = 16000
@@ -32,12 +39,17 @@ SR = 16000
 def _built(scene, k: int) -> dict:
     """A stand-in for a rendered scene: 2 s of tones and the annotation fields the page reads."""
     t = np.arange(2 * SR) / SR
-    stems = {"background": 0.05 * np.sin(2 * np.pi * 120 * t), "speech": 0.2 * np.sin(2 * np.pi * 220 * t),
-             "events": 0.2 * np.sin(2 * np.pi * (500 + 100 * k) * t)}
+    stems = {
+        "background": 0.05 * np.sin(2 * np.pi * 120 * t),
+        "speech": 0.2 * np.sin(2 * np.pi * 220 * t),
+        "events": 0.2 * np.sin(2 * np.pi * (500 + 100 * k) * t),
+    }
     stems["mixture"] = sum(stems.values())
     s = scene.script
-    turns = [{"speaker": tr.speaker, "text": tr.text, "onset": 0.1 + 0.8 * i, "offset": 0.8 + 0.8 * i}
-             for i, tr in enumerate(s.turns)]
+    turns = [
+        {"speaker": tr.speaker, "text": tr.text, "onset": 0.1 + 0.8 * i, "offset": 0.8 + 0.8 * i}
+        for i, tr in enumerate(s.turns)
+    ]
     events = [{"id": e.id, "description": e.description, "onset": 0.9, "offset": 1.4} for e in s.events]
     ann = {"scene_id": s.id, "sample_rate": SR, "script": s.to_dict(), "turns": turns, "events": events}
     return {"annotation": ann, "flac": {k: encode_flac(v) for k, v in stems.items()}}
@@ -74,37 +86,83 @@ def _review(tmp_path, *recs):
 OPTS = ["Home time", "An emergency", "A storm", "Transport arrived"]
 
 
-@pytest.mark.parametrize("rec, msg", [
-    ({"kind": "family", "item": "fx_class_lineup", "action": "edit"}, "only questions can be edited"),
-    ({"kind": "family_question", "item": "fx_class_lineup", "action": "accept"}, "FAMILY/TASK"),
-    ({"kind": "family_question", "item": "fx_class_lineup/nope", "action": "reject"}, "FAMILY/TASK"),
-    ({"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit"}, "edit.question and/or"),
-    ({"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit",
-      "edit": {"question": "  "}}, "edit.question is missing or empty"),
-    ({"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit",
-      "edit": {"options": OPTS[:3]}}, "4 non-empty"),
-    ({"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit",
-      "edit": {"options": [*OPTS[:3], "a storm"]}}, "distinct"),
-    ({"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit",
-      "edit": {"question": "Why?", "options": OPTS, "answer": "B"}}, "edit.answer: a family question's key is per variant"),
-    ({"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit",
-      "edit": {"question": "Is it home time or not?", "options": OPTS}}, r"edit.options\[0\] \(A\)"),
-])
+@pytest.mark.parametrize(
+    "rec, msg",
+    [
+        ({"kind": "family", "item": "fx_class_lineup", "action": "edit"}, "only questions can be edited"),
+        ({"kind": "family_question", "item": "fx_class_lineup", "action": "accept"}, "FAMILY/TASK"),
+        ({"kind": "family_question", "item": "fx_class_lineup/nope", "action": "reject"}, "FAMILY/TASK"),
+        (
+            {"kind": "family_question", "item": "fx_class_lineup/contextual_reasoning", "action": "edit"},
+            "edit.question and/or",
+        ),
+        (
+            {
+                "kind": "family_question",
+                "item": "fx_class_lineup/contextual_reasoning",
+                "action": "edit",
+                "edit": {"question": "  "},
+            },
+            "edit.question is missing or empty",
+        ),
+        (
+            {
+                "kind": "family_question",
+                "item": "fx_class_lineup/contextual_reasoning",
+                "action": "edit",
+                "edit": {"options": OPTS[:3]},
+            },
+            "4 non-empty",
+        ),
+        (
+            {
+                "kind": "family_question",
+                "item": "fx_class_lineup/contextual_reasoning",
+                "action": "edit",
+                "edit": {"options": [*OPTS[:3], "a storm"]},
+            },
+            "distinct",
+        ),
+        (
+            {
+                "kind": "family_question",
+                "item": "fx_class_lineup/contextual_reasoning",
+                "action": "edit",
+                "edit": {"question": "Why?", "options": OPTS, "answer": "B"},
+            },
+            "edit.answer: a family question's key is per variant",
+        ),
+        (
+            {
+                "kind": "family_question",
+                "item": "fx_class_lineup/contextual_reasoning",
+                "action": "edit",
+                "edit": {"question": "Is it home time or not?", "options": OPTS},
+            },
+            r"edit.options\[0\] \(A\)",
+        ),
+    ],
+)
 def test_family_decisions_are_validated_with_named_errors(rec, msg):
     with pytest.raises(DecisionError, match=msg):
         validate({"reviewer": "ann", **rec})
 
 
 def test_family_decisions_load_and_count(tmp_path):
-    rv = _review(tmp_path, {"kind": "family", "item": "f", "action": "accept"},
-                 {"kind": "family_question", "item": "f/role_inference", "action": "edit", "edit": {"options": OPTS}},
-                 {"kind": "scene", "item": "f.bell", "action": "reject"})
-    assert rv.status("family", "f") == "accept" and rv.final[("family_question", "f/role_inference")]["edit"] == \
-        {"options": OPTS}
+    rv = _review(
+        tmp_path,
+        {"kind": "family", "item": "f", "action": "accept"},
+        {"kind": "family_question", "item": "f/role_inference", "action": "edit", "edit": {"options": OPTS}},
+        {"kind": "scene", "item": "f.bell", "action": "reject"},
+    )
+    assert rv.status("family", "f") == "accept" and rv.final[("family_question", "f/role_inference")][
+        "edit"
+    ] == {"options": OPTS}
     assert rv.counts() == {"reviewed": 3, "accepted": 1, "edited": 1, "rejected": 1}
 
 
 # -- apply_review ------------------------------------------------------------------------------
+
 
 def _ids(rows):
     return {c: sorted(r.get("id") or r["scene_id"] for r in rows[c]) for c in CONFIGS}
@@ -114,21 +172,41 @@ def test_a_rejected_variant_removes_its_whole_family_from_every_config(v2_rows, 
     rows = copy.deepcopy(v2_rows)
     before = _ids(rows)
     # the slot family has rows in 4 configs (scenes, 2 question tasks, scene_description)
-    assert {c for c in CONFIGS if any(r["family_id"] == "fx_class_lineup" for r in rows[c])} == \
-        {"scenes", "contextual_reasoning", "counterfactual_reasoning", "scene_description"}
-    res = apply_review(rows, _review(tmp_path, {"kind": "scene", "item": "fx_class_lineup.horn", "action": "reject"},
-                                     {"kind": "scene", "item": "nope.bell", "action": "reject"},
-                                     {"kind": "family", "item": "nope", "action": "reject"}))
+    assert {c for c in CONFIGS if any(r["family_id"] == "fx_class_lineup" for r in rows[c])} == {
+        "scenes",
+        "contextual_reasoning",
+        "counterfactual_reasoning",
+        "scene_description",
+    }
+    res = apply_review(
+        rows,
+        _review(
+            tmp_path,
+            {"kind": "scene", "item": "fx_class_lineup.horn", "action": "reject"},
+            {"kind": "scene", "item": "nope.bell", "action": "reject"},
+            {"kind": "family", "item": "nope", "action": "reject"},
+        ),
+    )
     for c in CONFIGS:
         assert not [r for r in rows[c] if r["family_id"] == "fx_class_lineup"], c
-        assert sorted(r.get("id") or r["scene_id"] for r in rows[c]) == \
-            [i for i in before[c] if not i.startswith("fx_class_lineup.")], c
-    assert {r["scene_id"] for r in rows["scenes"]} == {f"fx_go_or_stay.{v}" for v in ("go.alarm", "go.phone",
-                                                                                      "stay.alarm", "stay.phone")}
-    assert res["applied"] == {"questions_rejected": 0, "questions_edited": 0, "scenes_rejected": 1,
-                              "families_rejected": 1, "family_questions_rejected": 0, "family_questions_edited": 0}
+        assert sorted(r.get("id") or r["scene_id"] for r in rows[c]) == [
+            i for i in before[c] if not i.startswith("fx_class_lineup.")
+        ], c
+    assert {r["scene_id"] for r in rows["scenes"]} == {
+        f"fx_go_or_stay.{v}" for v in ("go.alarm", "go.phone", "stay.alarm", "stay.phone")
+    }
+    assert res["applied"] == {
+        "questions_rejected": 0,
+        "questions_edited": 0,
+        "scenes_rejected": 1,
+        "families_rejected": 1,
+        "family_questions_rejected": 0,
+        "family_questions_edited": 0,
+    }
     # decisions on items the build does not have are listed, never counted as reviewed (issue 18)
-    assert res["rejected"] == 1 and res["refused"] == [] and res["unknown"] == ["family nope", "scene nope.bell"]
+    assert (
+        res["rejected"] == 1 and res["refused"] == [] and res["unknown"] == ["family nope", "scene nope.bell"]
+    )
 
 
 def test_a_rejected_family_goes_whole_and_v1_rows_keep_their_behaviour(v2_rows, tmp_path):
@@ -136,16 +214,34 @@ def test_a_rejected_family_goes_whole_and_v1_rows_keep_their_behaviour(v2_rows, 
     v1 = dict(rows["contextual_reasoning"][0], id="old/q1", scene_id="old", family_id=None, variant=None)
     rows["contextual_reasoning"] += [v1, dict(v1, id="old/q2"), dict(v1, id="gone/q1", scene_id="gone")]
     rows["scenes"].append(dict(rows["scenes"][0], scene_id="gone", family_id=None, variant=None))
-    res = apply_review(rows, _review(tmp_path, {"kind": "family", "item": "fx_class_lineup", "action": "reject"},
-                                     {"kind": "question", "item": "old/q1", "action": "edit",
-                                      "edit": {"question": "New?", "options": OPTS, "answer": "D"}},
-                                     {"kind": "question", "item": "old/q2", "action": "reject"},
-                                     {"kind": "scene", "item": "gone", "action": "reject"}))
+    res = apply_review(
+        rows,
+        _review(
+            tmp_path,
+            {"kind": "family", "item": "fx_class_lineup", "action": "reject"},
+            {
+                "kind": "question",
+                "item": "old/q1",
+                "action": "edit",
+                "edit": {"question": "New?", "options": OPTS, "answer": "D"},
+            },
+            {"kind": "question", "item": "old/q2", "action": "reject"},
+            {"kind": "scene", "item": "gone", "action": "reject"},
+        ),
+    )
     assert {r["family_id"] for c in CONFIGS for r in rows[c]} == {"fx_go_or_stay", None}
-    v1_left = [(r["id"], r["question"], r["answer"]) for r in rows["contextual_reasoning"] if not r["family_id"]]
+    v1_left = [
+        (r["id"], r["question"], r["answer"]) for r in rows["contextual_reasoning"] if not r["family_id"]
+    ]
     assert v1_left == [("old/q1", "New?", "D")] and "gone" not in {r["scene_id"] for r in rows["scenes"]}
-    assert res["applied"] == {"questions_rejected": 1, "questions_edited": 1, "scenes_rejected": 1,
-                              "families_rejected": 1, "family_questions_rejected": 0, "family_questions_edited": 0}
+    assert res["applied"] == {
+        "questions_rejected": 1,
+        "questions_edited": 1,
+        "scenes_rejected": 1,
+        "families_rejected": 1,
+        "family_questions_rejected": 0,
+        "family_questions_edited": 0,
+    }
 
 
 def test_a_family_question_edit_changes_all_four_variants_and_keeps_their_keys(v2_rows, tmp_path):
@@ -154,11 +250,23 @@ def test_a_family_question_edit_changes_all_four_variants_and_keeps_their_keys(v
     old = {r["id"]: r for r in rows["contextual_reasoning"] if r["family_id"] == "fx_go_or_stay"}
     assert sorted(r["answer"] for r in old.values()) == list("ABCD")
     new_opts = [f"{o} (reworded)" for o in next(iter(old.values()))["options"]]
-    res = apply_review(rows, _review(tmp_path, {"kind": "family_question", "item": item, "action": "edit",
-                                                "edit": {"question": "What does the manager tell them?",
-                                                         "options": new_opts}},
-                                     {"kind": "family_question", "item": "fx_class_lineup/counterfactual_reasoning",
-                                      "action": "reject"}))
+    res = apply_review(
+        rows,
+        _review(
+            tmp_path,
+            {
+                "kind": "family_question",
+                "item": item,
+                "action": "edit",
+                "edit": {"question": "What does the manager tell them?", "options": new_opts},
+            },
+            {
+                "kind": "family_question",
+                "item": "fx_class_lineup/counterfactual_reasoning",
+                "action": "reject",
+            },
+        ),
+    )
     now = {r["id"]: r for r in rows["contextual_reasoning"] if r["family_id"] == "fx_go_or_stay"}
     assert sorted(now) == sorted(old)
     for qid, r in now.items():
@@ -174,24 +282,45 @@ def test_a_family_question_edit_changes_all_four_variants_and_keeps_their_keys(v
 def test_a_per_variant_edit_of_a_family_question_is_refused_not_applied(v2_rows, tmp_path):
     rows = copy.deepcopy(v2_rows)
     qid = "fx_class_lineup.bell/contextual_reasoning"
-    res = apply_review(rows, _review(tmp_path, {"kind": "question", "item": qid, "action": "edit",
-                                                "edit": {"question": "Changed?", "options": OPTS, "answer": "A"}}))
-    assert {r["question"] for r in rows["contextual_reasoning"] if r["family_id"] == "fx_class_lineup"} == \
-        {"Why does the teacher tell the class to line up by the door?"}
-    assert len(res["refused"]) == 1 and "family_question" in res["refused"][0] and "fx_class_lineup/" in res["refused"][0]
+    res = apply_review(
+        rows,
+        _review(
+            tmp_path,
+            {
+                "kind": "question",
+                "item": qid,
+                "action": "edit",
+                "edit": {"question": "Changed?", "options": OPTS, "answer": "A"},
+            },
+        ),
+    )
+    assert {r["question"] for r in rows["contextual_reasoning"] if r["family_id"] == "fx_class_lineup"} == {
+        "Why does the teacher tell the class to line up by the door?"
+    }
+    assert (
+        len(res["refused"]) == 1
+        and "family_question" in res["refused"][0]
+        and "fx_class_lineup/" in res["refused"][0]
+    )
     assert res["applied"]["questions_edited"] == 0
 
 
 def test_a_per_variant_reject_of_a_family_question_drops_it_from_all_four(v2_rows, tmp_path):
     rows = copy.deepcopy(v2_rows)
-    res = apply_review(rows, _review(tmp_path, {"kind": "question", "item": "fx_go_or_stay.go.alarm/contextual_reasoning",
-                                                "action": "reject"}))
+    res = apply_review(
+        rows,
+        _review(
+            tmp_path,
+            {"kind": "question", "item": "fx_go_or_stay.go.alarm/contextual_reasoning", "action": "reject"},
+        ),
+    )
     assert not [r for r in rows["contextual_reasoning"] if r["family_id"] == "fx_go_or_stay"]
     assert len(rows["scenes"]) == 8 and res["refused"] == []
     assert res["applied"]["family_questions_rejected"] == 1 and res["applied"]["questions_rejected"] == 0
 
 
 # -- server -----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def served_v2(v2_rows, tmp_path):
@@ -209,9 +338,16 @@ def _get(url):
 
 def _post(url, body):
     import re  # the per-session token the page carries; the server refuses writes without it
-    token = re.search(r'name="casu-token" content="([^"]+)"', urllib.request.urlopen(url).read().decode()).group(1)
-    req = urllib.request.Request(url + "api/decision", method="POST", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", "X-CASU-Token": token})
+
+    token = re.search(
+        r'name="casu-token" content="([^"]+)"', urllib.request.urlopen(url).read().decode()
+    ).group(1)
+    req = urllib.request.Request(
+        url + "api/decision",
+        method="POST",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-CASU-Token": token},
+    )
     try:
         return 200, json.loads(urllib.request.urlopen(req).read())
     except urllib.error.HTTPError as err:
@@ -223,10 +359,16 @@ def test_family_api_over_http(served_v2):
     state = _get(url + "api/state")
     assert [f["family_id"] for f in state["families"]] == ["fx_class_lineup", "fx_go_or_stay"]
     crossed = _get(url + "api/family/fx_go_or_stay")
-    assert crossed["shape"] == "crossed" and [v["variant"] for v in crossed["variants"]] == \
-        ["go.alarm", "go.phone", "stay.alarm", "stay.phone"]
-    assert [(s["version"], s["variants"]) for s in crossed["speech"]] == \
-        [("go", ["go.alarm", "go.phone"]), ("stay", ["stay.alarm", "stay.phone"])]
+    assert crossed["shape"] == "crossed" and [v["variant"] for v in crossed["variants"]] == [
+        "go.alarm",
+        "go.phone",
+        "stay.alarm",
+        "stay.phone",
+    ]
+    assert [(s["version"], s["variants"]) for s in crossed["speech"]] == [
+        ("go", ["go.alarm", "go.phone"]),
+        ("stay", ["stay.alarm", "stay.phone"]),
+    ]
     (q,) = crossed["questions"]
     assert q["item"] == "fx_go_or_stay/contextual_reasoning" and sorted(q["keys"].values()) == list("ABCD")
     rows = {r["scene_id"]: r for r in pq.read_table(ds / "contextual_reasoning").to_pylist()}
@@ -239,49 +381,93 @@ def test_family_api_over_http(served_v2):
 
     # decisions: the variant, the family question (partial edit completed from the original)
     assert _post(url, {"kind": "scene", "item": "fx_go_or_stay.stay.phone", "action": "reject"})[0] == 200
-    code, res = _post(url, {"kind": "family_question", "item": q["item"], "action": "edit",
-                            "edit": {"question": "What does the manager decide?"}})
-    assert code == 200 and res["saved"]["edit"] == {"question": "What does the manager decide?", "options": q["options"]}
-    code, res = _post(url, {"kind": "question", "item": "fx_go_or_stay.go.alarm/contextual_reasoning",
-                            "action": "edit", "edit": {"question": "X?", "options": OPTS, "answer": "A"}})
+    code, res = _post(
+        url,
+        {
+            "kind": "family_question",
+            "item": q["item"],
+            "action": "edit",
+            "edit": {"question": "What does the manager decide?"},
+        },
+    )
+    assert code == 200 and res["saved"]["edit"] == {
+        "question": "What does the manager decide?",
+        "options": q["options"],
+    }
+    code, res = _post(
+        url,
+        {
+            "kind": "question",
+            "item": "fx_go_or_stay.go.alarm/contextual_reasoning",
+            "action": "edit",
+            "edit": {"question": "X?", "options": OPTS, "answer": "A"},
+        },
+    )
     assert code == 400 and "kind 'family_question', item 'fx_go_or_stay/contextual_reasoning'" in res["error"]
-    code, res = _post(url, {"kind": "family_question", "item": "fx_go_or_stay/role_inference", "action": "reject"})
+    code, res = _post(
+        url, {"kind": "family_question", "item": "fx_go_or_stay/role_inference", "action": "reject"}
+    )
     assert code == 400 and "not in this dataset" in res["error"]
-    code, res = _post(url, {"kind": "family_question", "item": q["item"], "action": "edit",
-                            "edit": {"options": [q["options"][0], *OPTS[1:]], "question": q["options"][0] + "?"}})
+    code, res = _post(
+        url,
+        {
+            "kind": "family_question",
+            "item": q["item"],
+            "action": "edit",
+            "edit": {"options": [q["options"][0], *OPTS[1:]], "question": q["options"][0] + "?"},
+        },
+    )
     assert code == 400 and "appears in the question" in res["error"]
     # swapping two options' texts would swap two variants' keys: refused by name (issue 24)
     o = q["options"]
-    code, res = _post(url, {"kind": "family_question", "item": q["item"], "action": "edit",
-                            "edit": {"options": [o[1], o[0], *o[2:]]}})
+    code, res = _post(
+        url,
+        {
+            "kind": "family_question",
+            "item": q["item"],
+            "action": "edit",
+            "edit": {"options": [o[1], o[0], *o[2:]]},
+        },
+    )
     assert code == 400 and "edit.options[0] (A)" in res["error"] and "original option B" in res["error"]
     fam = _get(url + "api/family/fx_go_or_stay")
     assert fam["questions"][0]["question"] == "What does the manager decide?"
     assert fam["questions"][0]["status"] == "edit" and fam["variants"][3]["status"] == "reject"
     state = _get(url + "api/state")
     assert state["families"][1]["variants"][3]["status"] == "reject"
-    assert [d["kind"] for d in map(json.loads, decisions_path(ds).read_text().splitlines())] == \
-        ["scene", "family_question"]  # refused decisions never reach the file
+    assert [d["kind"] for d in map(json.loads, decisions_path(ds).read_text().splitlines())] == [
+        "scene",
+        "family_question",
+    ]  # refused decisions never reach the file
     # the decisions file, applied to the rows, takes the family out
     rows = {c: pq.read_table(ds / c).to_pylist() for c in CONFIGS}
     res = apply_review(rows, load(decisions_path(ds)))
-    assert res["applied"]["families_rejected"] == 1 and not any(r["family_id"] == "fx_go_or_stay" for r in rows["scenes"])
+    assert res["applied"]["families_rejected"] == 1 and not any(
+        r["family_id"] == "fx_go_or_stay" for r in rows["scenes"]
+    )
 
 
 def test_family_view_in_chromium_four_players_and_keyboard_decisions(served_v2, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from test_review import _chrome, _wait
+
     ds, url, _ = served_v2
     drv = _chrome()
     try:
         drv.get(url)
         _wait(lambda: drv.execute_script("return typeof fam !== 'undefined' && fam && fam.family_id"))
         drv.execute_script("openFamily('fx_class_lineup')")
-        _wait(lambda: drv.execute_script("return fam.family_id") == "fx_class_lineup"
-              and len(drv.find_elements(By.CSS_SELECTOR, "audio.mix")) == 4)
+        _wait(
+            lambda: (
+                drv.execute_script("return fam.family_id") == "fx_class_lineup"
+                and len(drv.find_elements(By.CSS_SELECTOR, "audio.mix")) == 4
+            )
+        )
         srcs = [a.get_attribute("src") for a in drv.find_elements(By.CSS_SELECTOR, "audio.mix")]
-        assert [s.rsplit("/", 2)[1] for s in srcs] == [f"fx_class_lineup.{v}" for v in ("bell", "horn", "siren", "thunder")]
+        assert [s.rsplit("/", 2)[1] for s in srcs] == [
+            f"fx_class_lineup.{v}" for v in ("bell", "horn", "siren", "thunder")
+        ]
         assert len(drv.find_elements(By.CSS_SELECTOR, "img.timeline")) == 4
         assert "line up by the door" in drv.find_element(By.ID, "main").text
         body = drv.find_element(By.TAG_NAME, "body")
@@ -307,11 +493,19 @@ def test_family_view_in_chromium_four_players_and_keyboard_decisions(served_v2, 
         assert "variant rejected" in drv.find_element(By.ID, "list").text
         assert "Left out of the build: a variant is rejected" in drv.find_element(By.ID, "item-0").text
         drv.execute_script("document.getElementById('main').scrollTo(0, 0)")
-        _wait(lambda: drv.execute_script("return [...document.querySelectorAll('img.timeline')].every(i => i.complete)"))
+        _wait(
+            lambda: drv.execute_script(
+                "return [...document.querySelectorAll('img.timeline')].every(i => i.complete)"
+            )
+        )
         drv.save_screenshot(str(os.environ.get("CASU_SHOT_DIR", tmp_path)) + "/review_family.png")
     finally:
         drv.quit()
     rv = load(decisions_path(ds))
-    assert rv.status("scene", "fx_class_lineup.horn") == "reject" and {d["reviewer"] for d in rv.final.values()} == {"ann"}
-    assert rv.final[("family_question", "fx_class_lineup/contextual_reasoning")]["edit"]["question"] == \
-        "Why are the pupils told to line up?"
+    assert rv.status("scene", "fx_class_lineup.horn") == "reject" and {
+        d["reviewer"] for d in rv.final.values()
+    } == {"ann"}
+    assert (
+        rv.final[("family_question", "fx_class_lineup/contextual_reasoning")]["edit"]["question"]
+        == "Why are the pupils told to line up?"
+    )

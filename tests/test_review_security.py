@@ -1,6 +1,7 @@
 """Issue 18: the review server refuses cross-site and oversized writes and malformed payloads
 with named errors, shows no absolute path, warns on non-loopback binds and reads its decisions
 log incrementally; API keys echoed by a server never reach an error line."""
+
 from __future__ import annotations
 
 import http.client
@@ -12,10 +13,10 @@ import threading
 import urllib.request
 
 import pytest
+from test_review_family import family_rows, write_dataset
 
 from casu_dataset.review.decisions import DecisionLog, decisions_path
 from casu_dataset.review.server import MAX_BODY, serve
-from test_review_family import family_rows, write_dataset
 
 ITEM = "fx_go_or_stay.stay.phone"  # a variant scene of the fixture families
 
@@ -76,21 +77,32 @@ def test_the_page_carries_a_token_and_a_same_origin_write_with_it_is_saved(serve
     assert post(port, DECISION, h)[0] == 200
 
 
-@pytest.mark.parametrize("change, code, needle", [
-    # the issue's probe: a form-style cross-site POST from another site, via a rebinding name
-    ({"Content-Type": "text/plain", "Origin": "http://evil.example", "Host": "evil.example:80",
-      "X-CASU-Token": None}, 403, "Host 'evil.example:80'"),
-    ({"Origin": "http://evil.example"}, 403, "Origin 'http://evil.example'"),
-    ({"Origin": "null"}, 403, "Origin 'null'"),
-    ({"Origin": "http://127.0.0.1:1"}, 403, "Origin"),  # another port is another origin
-    ({"Host": "rebind.attacker.example:{port}"}, 403, "DNS rebinding"),
-    ({"Sec-Fetch-Site": "cross-site"}, 403, "Sec-Fetch-Site"),
-    ({"X-CASU-Token": None}, 403, "X-CASU-Token"),
-    ({"X-CASU-Token": "guess"}, 403, "X-CASU-Token"),
-    ({"Content-Type": "text/plain"}, 415, "application/json"),
-    ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),
-    ({"Content-Type": None}, 415, "application/json"),
-])
+@pytest.mark.parametrize(
+    "change, code, needle",
+    [
+        # the issue's probe: a form-style cross-site POST from another site, via a rebinding name
+        (
+            {
+                "Content-Type": "text/plain",
+                "Origin": "http://evil.example",
+                "Host": "evil.example:80",
+                "X-CASU-Token": None,
+            },
+            403,
+            "Host 'evil.example:80'",
+        ),
+        ({"Origin": "http://evil.example"}, 403, "Origin 'http://evil.example'"),
+        ({"Origin": "null"}, 403, "Origin 'null'"),
+        ({"Origin": "http://127.0.0.1:1"}, 403, "Origin"),  # another port is another origin
+        ({"Host": "rebind.attacker.example:{port}"}, 403, "DNS rebinding"),
+        ({"Sec-Fetch-Site": "cross-site"}, 403, "Sec-Fetch-Site"),
+        ({"X-CASU-Token": None}, 403, "X-CASU-Token"),
+        ({"X-CASU-Token": "guess"}, 403, "X-CASU-Token"),
+        ({"Content-Type": "text/plain"}, 415, "application/json"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),
+        ({"Content-Type": None}, 415, "application/json"),
+    ],
+)
 def test_cross_site_and_tokenless_writes_are_refused(served, change, code, needle):
     ds, port, token = served
     h = good_headers(port, token)
@@ -107,7 +119,8 @@ def raw_request(port, head: str) -> tuple[int, dict]:
         s.sendall(head.encode())
         buf = b""
         while b"\r\n\r\n" not in buf or len(buf.split(b"\r\n\r\n", 1)[1]) < int(
-                re.search(rb"Content-Length: (\d+)", buf).group(1)):
+            re.search(rb"Content-Length: (\d+)", buf).group(1)
+        ):
             chunk = s.recv(65536)
             if not chunk:
                 break
@@ -116,39 +129,62 @@ def raw_request(port, head: str) -> tuple[int, dict]:
     return status, json.loads(buf.split(b"\r\n\r\n", 1)[1])
 
 
-@pytest.mark.parametrize("length, code, needle", [
-    (str(MAX_BODY + 1), 413, "at most"),
-    (str(100 * 2**20), 413, "at most"),       # the issue's 100 MB body
-    ("1000000000000", 413, "at most"),        # 1e12 bytes: refused, never allocated
-    ("1e12", 400, "Content-Length '1e12'"),
-    ("-5", 400, "Content-Length '-5'"),
-    (None, 411, "Content-Length is required"),
-])
+@pytest.mark.parametrize(
+    "length, code, needle",
+    [
+        (str(MAX_BODY + 1), 413, "at most"),
+        (str(100 * 2**20), 413, "at most"),  # the issue's 100 MB body
+        ("1000000000000", 413, "at most"),  # 1e12 bytes: refused, never allocated
+        ("1e12", 400, "Content-Length '1e12'"),
+        ("-5", 400, "Content-Length '-5'"),
+        (None, 411, "Content-Length is required"),
+    ],
+)
 def test_oversized_or_unsized_bodies_are_refused_before_reading(served, length, code, needle):
     ds, port, token = served
-    head = (f"POST /api/decision HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"X-CASU-Token: {token}\r\n" + (f"Content-Length: {length}\r\n" if length else "") + "\r\n")
+    head = (
+        f"POST /api/decision HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"X-CASU-Token: {token}\r\n" + (f"Content-Length: {length}\r\n" if length else "") + "\r\n"
+    )
     got, res = raw_request(port, head)
     assert got == code and needle in res["error"], res
     assert post(port, DECISION, good_headers(port, token))[0] == 200  # the server is still up
 
 
-@pytest.mark.parametrize("raw, needle", [
-    (b'["A"]', "a decision must be a JSON object, got list"),
-    (b'"accept"', "a decision must be a JSON object, got str"),
-    (b"42", "got int"),
-    (b"null", "got NoneType"),
-    (b"{not json", "body: not JSON"),
-    (b"\xff\xfe{}", "body: not JSON"),
-    (b"[" * 100000 + b"]" * 100000, "body: not JSON"),  # nesting past the parser's depth
-    (json.dumps({**DECISION, "item": [ITEM]}).encode(), "field 'item': must be a string, got list"),
-    (json.dumps({**DECISION, "kind": {"a": 1}}).encode(), "field 'kind': must be a string"),
-    (json.dumps({**DECISION, "comment": ["x"]}).encode(), "field 'comment': must be a string"),
-    (json.dumps({**DECISION, "edit": {"question": "x"}}).encode(), "field 'edit' given with action 'reject'"),
-    (json.dumps({"kind": "family_question", "item": "fx_go_or_stay/contextual_reasoning", "action": "edit",
-                 "edit": "str"}).encode(), "field 'edit': must be an object"),
-    (json.dumps({"kind": "question", "item": "nope/q", "action": "accept"}).encode(), "is not in this dataset"),
-])
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        (b'["A"]', "a decision must be a JSON object, got list"),
+        (b'"accept"', "a decision must be a JSON object, got str"),
+        (b"42", "got int"),
+        (b"null", "got NoneType"),
+        (b"{not json", "body: not JSON"),
+        (b"\xff\xfe{}", "body: not JSON"),
+        (b"[" * 100000 + b"]" * 100000, "body: not JSON"),  # nesting past the parser's depth
+        (json.dumps({**DECISION, "item": [ITEM]}).encode(), "field 'item': must be a string, got list"),
+        (json.dumps({**DECISION, "kind": {"a": 1}}).encode(), "field 'kind': must be a string"),
+        (json.dumps({**DECISION, "comment": ["x"]}).encode(), "field 'comment': must be a string"),
+        (
+            json.dumps({**DECISION, "edit": {"question": "x"}}).encode(),
+            "field 'edit' given with action 'reject'",
+        ),
+        (
+            json.dumps(
+                {
+                    "kind": "family_question",
+                    "item": "fx_go_or_stay/contextual_reasoning",
+                    "action": "edit",
+                    "edit": "str",
+                }
+            ).encode(),
+            "field 'edit': must be an object",
+        ),
+        (
+            json.dumps({"kind": "question", "item": "nope/q", "action": "accept"}).encode(),
+            "is not in this dataset",
+        ),
+    ],
+)
 def test_malformed_payloads_get_a_named_400_and_no_traceback(served, capfd, raw, needle):
     ds, port, token = served
     got, res = post(port, None, good_headers(port, token), raw=raw)
@@ -160,15 +196,37 @@ def test_malformed_payloads_get_a_named_400_and_no_traceback(served, capfd, raw,
 def test_state_shows_no_absolute_path_and_lists_unknown_and_bad_lines(served, tmp_path):
     ds, port, token = served
     f = decisions_path(ds)
-    lines = [{"time": "2026-01-01T10:00:00+00:00", "reviewer": "ann", "kind": "scene", "item": ITEM, "action": "accept"},
-             {"time": 5, "reviewer": "ann", "kind": "scene", "item": ITEM, "action": "reject"},       # crashed before
-             {"time": "2026-01-01T10:00:01+00:00", "reviewer": "ann", "kind": "question", "item": "gone/q",
-              "action": "reject"}]
+    lines = [
+        {
+            "time": "2026-01-01T10:00:00+00:00",
+            "reviewer": "ann",
+            "kind": "scene",
+            "item": ITEM,
+            "action": "accept",
+        },
+        {"time": 5, "reviewer": "ann", "kind": "scene", "item": ITEM, "action": "reject"},  # crashed before
+        {
+            "time": "2026-01-01T10:00:01+00:00",
+            "reviewer": "ann",
+            "kind": "question",
+            "item": "gone/q",
+            "action": "reject",
+        },
+    ]
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state").read().decode()
     state = json.loads(body)
-    assert str(tmp_path) not in body and str(ds) not in body and "/" not in state["dataset"] + state["decisions_file"]
-    assert state["counts"] == {"reviewed": 1, "accepted": 1, "edited": 0, "rejected": 0}  # the unknown one is not
+    assert (
+        str(tmp_path) not in body
+        and str(ds) not in body
+        and "/" not in state["dataset"] + state["decisions_file"]
+    )
+    assert state["counts"] == {
+        "reviewed": 1,
+        "accepted": 1,
+        "edited": 0,
+        "rejected": 0,
+    }  # the unknown one is not
     assert any("line 2" in w and "field 'time'" in w for w in state["warnings"])
     assert any("question gone/q" in w and "not counted" in w for w in state["warnings"])
     fam = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/family/fx_go_or_stay").read())
@@ -217,6 +275,7 @@ def test_the_decisions_log_is_parsed_incrementally(tmp_path):
 
 # -- secrets ----------------------------------------------------------------------------------
 
+
 class EchoKey(http.server.BaseHTTPRequestHandler):
     """An OpenAI-compatible endpoint that answers 401 and echoes the key it was sent (as some do)."""
 
@@ -226,8 +285,14 @@ class EchoKey(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-        body = json.dumps({"error": {"message": f"Incorrect API key provided: {key}. Header was "
-                                                f"'Authorization: Bearer {key}'", "code": "invalid_api_key"}})
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {key}. Header was 'Authorization: Bearer {key}'",
+                    "code": "invalid_api_key",
+                }
+            }
+        )
         self.send_response(self.server.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -248,10 +313,12 @@ def echo_server():
 @pytest.mark.parametrize("key", ["sk-proj-0123456789abcdefghijklmnop", "correct-horse-battery-staple-42"])
 @pytest.mark.parametrize("status", [401, 503])
 def test_a_key_echoed_by_the_server_is_redacted_from_errors(echo_server, key, status):
-    from casu_dataset.llm.backends import BackendError, OpenAIBackend
+    from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
+
     echo_server.status = status
-    b = OpenAIBackend(f"http://127.0.0.1:{echo_server.server_address[1]}/v1", "m", api_key=key, max_retries=1,
-                      backoff=0.0)
+    b = OpenAIBackend(
+        f"http://127.0.0.1:{echo_server.server_address[1]}/v1", "m", api_key=key, max_retries=1, backoff=0.0
+    )
     with pytest.raises(BackendError) as err:
         b.complete([{"role": "user", "content": "hi"}])
     msg = str(err.value)
@@ -261,13 +328,25 @@ def test_a_key_echoed_by_the_server_is_redacted_from_errors(echo_server, key, st
 def test_the_harness_never_prints_an_echoed_key(echo_server, tmp_path, monkeypatch):
     from test_bad_inputs import harness
     from test_harness_integrity import tiny_dataset
+
     key = "correct-horse-battery-staple-42"  # not key-shaped: redacted because it is the key
     monkeypatch.setenv("MY_SERVICE_KEY", key)
     ds = tiny_dataset(tmp_path / "ds", 2, "k")
     url = f"http://127.0.0.1:{echo_server.server_address[1]}/v1"
-    o = harness("--model", "openai-audio", "--model_args", f"model=m,base_url={url},api_key_env=MY_SERVICE_KEY,"
-                "max_retries=0", "--tasks", "role_inference", "--dataset", str(ds), "--output_path",
-                str(tmp_path / "res"), "--quiet", "--no_probe")
+    o = harness(
+        "--model",
+        "openai-audio",
+        "--model_args",
+        f"model=m,base_url={url},api_key_env=MY_SERVICE_KEY,max_retries=0",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(ds),
+        "--output_path",
+        str(tmp_path / "res"),
+        "--quiet",
+        "--no_probe",
+    )
     assert o.code in (3, 4) and "HTTP 401" in o.text and "[REDACTED]" in o.text, o.text
     assert key not in o.text
     for f in (tmp_path / "res").rglob("*"):

@@ -3,19 +3,36 @@ import json
 import pytest
 import yaml
 
-from casu_dataset.script import ScriptError, SceneScript, load_script, parse_script
+from casu_dataset.script.schema import (
+    SceneScript,
+    ScriptError,
+    load_script,
+    parse_script,
+)
 
 
 def base(**over):
     d = {
-        "id": "school_bell", "place": "school hallway", "speech_type": "conversation",
+        "id": "school_bell",
+        "place": "school hallway",
+        "speech_type": "conversation",
         "background": {"description": "children chatter in a corridor", "keywords": ["school", "children"]},
-        "speakers": [{"id": "T", "role": "teacher", "gender": "female"},
-                     {"id": "S", "role": "student", "gender": "male", "age": "child"}],
-        "turns": [{"speaker": "T", "text": "It's time to go, everyone."},
-                  {"speaker": "S", "text": "Can we take our drawings home?"}],
-        "events": [{"id": "bell", "description": "an electric school bell rings", "keywords": ["bell"],
-                    "anchor": {"type": "after_turn", "turn": 0, "offset": 0.2}}],
+        "speakers": [
+            {"id": "T", "role": "teacher", "gender": "female"},
+            {"id": "S", "role": "student", "gender": "male", "age": "child"},
+        ],
+        "turns": [
+            {"speaker": "T", "text": "It's time to go, everyone."},
+            {"speaker": "S", "text": "Can we take our drawings home?"},
+        ],
+        "events": [
+            {
+                "id": "bell",
+                "description": "an electric school bell rings",
+                "keywords": ["bell"],
+                "anchor": {"type": "after_turn", "turn": 0, "offset": 0.2},
+            }
+        ],
     }
     d.update(over)
     return d
@@ -33,9 +50,15 @@ def test_valid_script_round_trips_json_and_yaml(tmp_path):
     assert load_script(p) == s
 
 
-@pytest.mark.parametrize("anchor", [{"type": "at", "time": 3.5}, {"type": "start"},
-                                    {"type": "during_turn", "turn": 1, "offset": 0.4},
-                                    {"type": "after_turn", "turn": 1}])
+@pytest.mark.parametrize(
+    "anchor",
+    [
+        {"type": "at", "time": 3.5},
+        {"type": "start"},
+        {"type": "during_turn", "turn": 1, "offset": 0.4},
+        {"type": "after_turn", "turn": 1},
+    ],
+)
 def test_every_anchor_kind_parses(anchor):
     d = base()
     d["events"][0]["anchor"] = anchor
@@ -65,8 +88,10 @@ def test_anchor_to_missing_turn():
 
 def test_timeline_that_cannot_fit_30s():
     d = base()
-    d["turns"] = [{"speaker": "T", "text": " ".join(["word"] * 60)},
-                  {"speaker": "S", "text": " ".join(["word"] * 30)}]
+    d["turns"] = [
+        {"speaker": "T", "text": " ".join(["word"] * 60)},
+        {"speaker": "S", "text": " ".join(["word"] * 30)},
+    ]
     msg = _err(d)
     assert "cannot fit in 30 s" in msg and "turns" in msg
 

@@ -1,6 +1,7 @@
 """scripts/setup.sh on a fake interpreter: a failed pip step fails the set-up (no stamp), pip's
 'WARNING: Location' lines are filtered without hiding its exit status, and the import check
 runs from outside the repo. Runs in a temp copy: the shared .venv is never touched."""
+
 import os
 import shutil
 import subprocess
@@ -44,17 +45,25 @@ def repo(tmp_path):
 
 def _setup(repo, fail=""):
     r, bin_, log = repo
-    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "PYTHON": str(bin_ / "fakepython"),
-           "FAKE_LOG": str(log), "FAKE_FAIL": fail or "no-such-arg"}
-    return subprocess.run(["bash", str(r / "scripts" / "setup.sh")], capture_output=True, text=True, env=env,
-                          timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
+        "PYTHON": str(bin_ / "fakepython"),
+        "FAKE_LOG": str(log),
+        "FAKE_FAIL": fail or "no-such-arg",
+    }
+    return subprocess.run(
+        ["bash", str(r / "scripts" / "setup.sh")], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_failed_pip_step_fails_setup_and_writes_no_stamp(repo):
     p = _setup(repo, fail="torch==2.13.0")
     assert p.returncode != 0, p.stdout + p.stderr
     assert "pip failed while installing torch" in p.stderr
-    assert "No matching distribution for torch==2.13.0" in p.stdout + p.stderr  # pip's own error stays visible
+    assert (
+        "No matching distribution for torch==2.13.0" in p.stdout + p.stderr
+    )  # pip's own error stays visible
     assert not list((repo[0] / ".venv").glob(".casu-setup-*"))
     assert "-e .[dev]" not in repo[2].read_text()  # stopped at the failing step
 
@@ -71,8 +80,9 @@ def test_successful_setup_filters_warnings_and_checks_the_import_outside_the_rep
 
 def test_failed_import_check_fails_setup(repo):
     r, bin_, log = repo
-    (bin_ / "fakepython").write_text(FAKE_PY.replace('>> "$FAKE_LOG"; exit 0; fi\nexit 3',
-                                                     '>> "$FAKE_LOG"; exit 1; fi\nexit 3'))
+    (bin_ / "fakepython").write_text(
+        FAKE_PY.replace('>> "$FAKE_LOG"; exit 0; fi\nexit 3', '>> "$FAKE_LOG"; exit 1; fi\nexit 3')
+    )
     p = _setup(repo)
     assert p.returncode != 0 and "import check failed" in p.stderr
     assert not list((r / ".venv").glob(".casu-setup-*"))

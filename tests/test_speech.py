@@ -1,15 +1,22 @@
 """Speech layer: real synthesis with Piper and flite, voice assignment, pitch separation,
 the turn cache, and the Whisper intelligibility check on real audio."""
+
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from casu_dataset.script import parse_script
+from casu_dataset.script.schema import parse_script
 from casu_dataset.speech.engines import EngineError, FliteEngine, get_engine
 from casu_dataset.speech.intelligibility import WhisperChecker, normalize, wer
-from casu_dataset.speech.layer import (MIN_SEMITONES, SpeechSynth, TurnTooLongError, VoiceAssignmentError,
-                                       assign_voices, build_speech_layer)
+from casu_dataset.speech.layer import (
+    MIN_SEMITONES,
+    SpeechSynth,
+    TurnTooLongError,
+    VoiceAssignmentError,
+    assign_voices,
+    build_speech_layer,
+)
 from casu_dataset.speech.pitch import median_f0, semitones
 from casu_dataset.speech.voices import Voice, VoiceRegistry, derive, speak
 
@@ -31,12 +38,19 @@ def convo(**sp):
     b = {"id": "B", "role": "patient", "gender": "female"}
     a.update(sp.get("a", {}))
     b.update(sp.get("b", {}))
-    return parse_script({
-        "id": sp.get("id", "clinic"), "place": "clinic", "speech_type": "conversation",
-        "background": {"description": "a quiet waiting room", "keywords": ["room"]},
-        "speakers": [a, b],
-        "turns": [{"speaker": "A", "text": "How are you feeling today?"},
-                  {"speaker": "B", "text": "Much better, thank you."}]})
+    return parse_script(
+        {
+            "id": sp.get("id", "clinic"),
+            "place": "clinic",
+            "speech_type": "conversation",
+            "background": {"description": "a quiet waiting room", "keywords": ["room"]},
+            "speakers": [a, b],
+            "turns": [
+                {"speaker": "A", "text": "How are you feeling today?"},
+                {"speaker": "B", "text": "Much better, thank you."},
+            ],
+        }
+    )
 
 
 @pytest.mark.parametrize("vid,sr", [("piper-joe", 22050), ("flite-slt", 16000), ("flite-kal16", 16000)])
@@ -136,16 +150,26 @@ def test_bad_input_names_turn_or_engine(synth):
 
     class Missing(FliteEngine):
         binary = "flite-not-installed"
+
     with pytest.raises(EngineError, match="flite: the `flite-not-installed` binary is not installed"):
         Missing().synthesize("hello", "slt")
     with pytest.raises(EngineError, match="unknown TTS engine"):
         get_engine("festival9000")
     slow = Voice("slow", "flite", "slt", "female", "us", tempo=0.25)
-    s = parse_script({"id": "slow", "place": "p", "speech_type": "monologue", "max_duration": 3.0,
-                      "background": {"description": "d", "keywords": ["k"]},
-                      "speakers": [{"id": "A", "role": "r", "gender": "female", "voice": "slow"}],
-                      "turns": [{"speaker": "A", "text": "This sentence is slow."}]})
-    with pytest.raises(TurnTooLongError, match=r"scene slow: turns\[0\]: synthesised speech is .* longer than the 3 s scene"):
+    s = parse_script(
+        {
+            "id": "slow",
+            "place": "p",
+            "speech_type": "monologue",
+            "max_duration": 3.0,
+            "background": {"description": "d", "keywords": ["k"]},
+            "speakers": [{"id": "A", "role": "r", "gender": "female", "voice": "slow"}],
+            "turns": [{"speaker": "A", "text": "This sentence is slow."}],
+        }
+    )
+    with pytest.raises(
+        TurnTooLongError, match=r"scene slow: turns\[0\]: synthesised speech is .* longer than the 3 s scene"
+    ):
         build_speech_layer(s, VoiceRegistry([slow]), 0, synth)
 
 

@@ -5,6 +5,7 @@ critic panel has k independent critics answer each candidate from the descriptio
 script; a question is kept only when at least m of them pick the proposed key. All votes,
 rejections and failures are recorded in the result, so a run explains what it dropped.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..contract import DATASET_LETTERS as LETTERS, get_task, mcq_tasks
-from ..script import ScriptError, SceneScript, parse_script
-from .structured import StructuredOutputError, ask_json
-
+from casu_dataset.agents.structured import StructuredOutputError, ask_json
+from casu_dataset.contract import DATASET_LETTERS as LETTERS
+from casu_dataset.contract import get_task, mcq_tasks
+from casu_dataset.script.schema import SceneScript, ScriptError, parse_script
 
 
 def task_guide(task: str) -> str:
@@ -95,8 +96,13 @@ class PipelineResult:
     failures: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"script": self.script.to_dict() if self.script else None, "description": self.description,
-                "kept": self.kept, "rejected": self.rejected, "failures": self.failures}
+        return {
+            "script": self.script.to_dict() if self.script else None,
+            "description": self.description,
+            "kept": self.kept,
+            "rejected": self.rejected,
+            "failures": self.failures,
+        }
 
 
 def _script_from_draft(draft: DraftScript, scene_id: str) -> SceneScript:
@@ -109,58 +115,119 @@ def _script_from_draft(draft: DraftScript, scene_id: str) -> SceneScript:
         raise ValueError(str(err)) from None
 
 
-def script_agent(backend, scene_id: str, place: str, sound_types: dict[str, list[str]], speech_type: str,
-                 retries: int = 3) -> SceneScript:
+def script_agent(
+    backend, scene_id: str, place: str, sound_types: dict[str, list[str]], speech_type: str, retries: int = 3
+) -> SceneScript:
     """A schema-valid scene script for `place` using sounds the catalog has."""
-    example = {"place": place, "speech_type": speech_type,
-               "background": {"description": "one sentence", "keywords": ["k1", "k2"]},
-               "speakers": [{"id": "A", "role": "role", "gender": "female", "age": "adult"}],
-               "turns": [{"speaker": "A", "text": "a short line"}],
-               "events": [{"id": "e1", "description": "one sentence", "keywords": ["k"],
-                           "anchor": {"type": "after_turn", "turn": 0, "offset": 0.3}}]}
-    msgs = [{"role": "system", "content": "You write short audio scene scripts as JSON. Speech must fit in 30 "
-                                          "seconds (at most 60 words in total). Events and the background must be "
-                                          "chosen from the available sound types."},
-            {"role": "user", "content": f"Place: {place}. Speech type: {speech_type} "
-                                        f"({'one speaker' if speech_type == 'monologue' else 'two speakers'}). "
-                                        f"Available background types: {', '.join(sound_types['background'])}. "
-                                        f"Available event types: {', '.join(sound_types['event'])}. "
-                                        "Write a scene where an event changes the meaning of what is said. "
-                                        f"Answer with JSON shaped like: {json.dumps(example)}"}]
-    return ask_json(backend, msgs, DraftScript, f"script agent ({scene_id})", retries, max_tokens=700,
-                    check=lambda d: _script_from_draft(d, scene_id))
+    example = {
+        "place": place,
+        "speech_type": speech_type,
+        "background": {"description": "one sentence", "keywords": ["k1", "k2"]},
+        "speakers": [{"id": "A", "role": "role", "gender": "female", "age": "adult"}],
+        "turns": [{"speaker": "A", "text": "a short line"}],
+        "events": [
+            {
+                "id": "e1",
+                "description": "one sentence",
+                "keywords": ["k"],
+                "anchor": {"type": "after_turn", "turn": 0, "offset": 0.3},
+            }
+        ],
+    }
+    msgs = [
+        {
+            "role": "system",
+            "content": "You write short audio scene scripts as JSON. Speech must fit in 30 "
+            "seconds (at most 60 words in total). Events and the background must be "
+            "chosen from the available sound types.",
+        },
+        {
+            "role": "user",
+            "content": f"Place: {place}. Speech type: {speech_type} "
+            f"({'one speaker' if speech_type == 'monologue' else 'two speakers'}). "
+            f"Available background types: {', '.join(sound_types['background'])}. "
+            f"Available event types: {', '.join(sound_types['event'])}. "
+            "Write a scene where an event changes the meaning of what is said. "
+            f"Answer with JSON shaped like: {json.dumps(example)}",
+        },
+    ]
+    return ask_json(
+        backend,
+        msgs,
+        DraftScript,
+        f"script agent ({scene_id})",
+        retries,
+        max_tokens=700,
+        check=lambda d: _script_from_draft(d, scene_id),
+    )
 
 
 def narrator(backend, script: SceneScript, retries: int = 3) -> str:
-    msgs = [{"role": "system", "content": "You describe audio scenes in a short narrative paragraph: what is said, "
-                                          "which sounds occur, the background, and their order and causes."},
-            {"role": "user", "content": "Scene script:\n" + script.dump_json() +
-                                        '\nAnswer with JSON: {"description": "..."}'}]
+    msgs = [
+        {
+            "role": "system",
+            "content": "You describe audio scenes in a short narrative paragraph: what is said, "
+            "which sounds occur, the background, and their order and causes.",
+        },
+        {
+            "role": "user",
+            "content": "Scene script:\n" + script.dump_json() + '\nAnswer with JSON: {"description": "..."}',
+        },
+    ]
     return ask_json(backend, msgs, Narration, f"narrator ({script.id})", retries, max_tokens=400).description
 
 
-def question_agent(backend, script: SceneScript, description: str, task: str, n: int = 2,
-                   retries: int = 3) -> list[Candidate]:
+def question_agent(
+    backend, script: SceneScript, description: str, task: str, n: int = 2, retries: int = 3
+) -> list[Candidate]:
     guide = task_guide(task)  # unknown task: ValueError before any backend call
-    shape = {"questions": [{"question": "...", "options": ["...", "...", "...", "..."], "answer": "B",
-                            "rationale": "cites the deciding sound", "layers": ["speech", "event"]}]}
-    msgs = [{"role": "system", "content": "You write 4-option multiple-choice questions about audio scenes. Each "
-                                          "question must need the audio to answer; all options must look plausible "
-                                          "from the question text alone."},
-            {"role": "user", "content": f"Task: {task}: {guide}.\nScene description: {description}\n"
-                                        f"Script: {script.dump_json(indent=None)}\nWrite {n} questions. "
-                                        f"Answer with JSON: {json.dumps(shape)}"}]
-    return ask_json(backend, msgs, Candidates, f"question agent ({script.id}, {task})", retries,
-                    max_tokens=800).questions
+    shape = {
+        "questions": [
+            {
+                "question": "...",
+                "options": ["...", "...", "...", "..."],
+                "answer": "B",
+                "rationale": "cites the deciding sound",
+                "layers": ["speech", "event"],
+            }
+        ]
+    }
+    msgs = [
+        {
+            "role": "system",
+            "content": "You write 4-option multiple-choice questions about audio scenes. Each "
+            "question must need the audio to answer; all options must look plausible "
+            "from the question text alone.",
+        },
+        {
+            "role": "user",
+            "content": f"Task: {task}: {guide}.\nScene description: {description}\n"
+            f"Script: {script.dump_json(indent=None)}\nWrite {n} questions. "
+            f"Answer with JSON: {json.dumps(shape)}",
+        },
+    ]
+    return ask_json(
+        backend, msgs, Candidates, f"question agent ({script.id}, {task})", retries, max_tokens=800
+    ).questions
 
 
-def critic_votes(critics: list, script: SceneScript, description: str, cand: Candidate, retries: int = 2) -> list[str | None]:
+def critic_votes(
+    critics: list, script: SceneScript, description: str, cand: Candidate, retries: int = 2
+) -> list[str | None]:
     """Each critic's letter for the candidate, answering from the description and script (None: no valid vote)."""
     opts = "\n".join(f"{L}. {o}" for L, o in zip(LETTERS, cand.options))
-    msgs = [{"role": "system", "content": "You answer multiple-choice questions about an audio scene from its "
-                                          "description and script."},
-            {"role": "user", "content": f"Scene description: {description}\nScript: {script.dump_json(indent=None)}\n"
-                                        f"Question: {cand.question}\n{opts}\nAnswer with JSON: {{\"answer\": \"A\"}}"}]
+    msgs = [
+        {
+            "role": "system",
+            "content": "You answer multiple-choice questions about an audio scene from its "
+            "description and script.",
+        },
+        {
+            "role": "user",
+            "content": f"Scene description: {description}\nScript: {script.dump_json(indent=None)}\n"
+            f'Question: {cand.question}\n{opts}\nAnswer with JSON: {{"answer": "A"}}',
+        },
+    ]
     votes = []
     for c in critics:
         try:
@@ -170,9 +237,19 @@ def critic_votes(critics: list, script: SceneScript, description: str, cand: Can
     return votes
 
 
-def run_pipeline(backend, scene_id: str, place: str, sound_types: dict[str, list[str]], speech_type: str,
-                 critics: list | None = None, k: int = 3, m: int = 2, tasks=None, per_task: int = 1,
-                 retries: int = 3) -> PipelineResult:
+def run_pipeline(
+    backend,
+    scene_id: str,
+    place: str,
+    sound_types: dict[str, list[str]],
+    speech_type: str,
+    critics: list | None = None,
+    k: int = 3,
+    m: int = 2,
+    tasks=None,
+    per_task: int = 1,
+    retries: int = 3,
+) -> PipelineResult:
     """Script, description and consensus-filtered questions for one scene; failures are recorded."""
     if not 1 <= m <= k:
         raise ValueError(f"critic panel: need 1 <= m <= k, got k={k}, m={m}")

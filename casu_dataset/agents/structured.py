@@ -5,6 +5,7 @@ Invalid JSON or a schema violation is fed back to the model and asked again; a r
 recognised and retried too. After `retries` failed attempts a StructuredOutputError lists
 what each attempt got wrong, so a pipeline can count and report it instead of crashing.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,16 @@ import re
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import CasuError
+from casu_dataset.core.errors import CasuError
 
-REFUSAL = re.compile(r"\b(i can(?:no|')t|i am unable|i'm unable|i won't|as an ai|i'm sorry, but|i am sorry, but)\b", re.I)
+REFUSAL = re.compile(
+    r"\b(i can(?:no|')t|i am unable|i'm unable|i won't|as an ai|i'm sorry, but|i am sorry, but)\b", re.I
+)
 
 
 class StructuredOutputError(CasuError, ValueError):
     exit_code = 3
+
     def __init__(self, what: str, attempts: list[str]):
         super().__init__(f"{what}: no valid output after {len(attempts)} attempts: " + " | ".join(attempts))
         self.attempts = attempts
@@ -46,15 +50,22 @@ def extract_json(text: str):
                 depth -= 1
                 if depth == 0:
                     try:
-                        return json.loads(text[start: i + 1])
+                        return json.loads(text[start : i + 1])
                     except json.JSONDecodeError:
                         break
         start = text.find("{", start + 1)
     raise ValueError("no JSON object found")
 
 
-def ask_json(backend, messages: list[dict], model: type[BaseModel], what: str, retries: int = 3,
-             max_tokens: int = 512, check=None):
+def ask_json(
+    backend,
+    messages: list[dict],
+    model: type[BaseModel],
+    what: str,
+    retries: int = 3,
+    max_tokens: int = 512,
+    check=None,
+):
     """Validated reply; `check(obj)` may convert it further and raise ValueError to retry."""
     schema = model.model_json_schema()
     convo = list(messages)
@@ -67,10 +78,20 @@ def ask_json(backend, messages: list[dict], model: type[BaseModel], what: str, r
             obj = model.model_validate(extract_json(text))
             return check(obj) if check else obj
         except (ValueError, ValidationError) as err:
-            msg = str(err).splitlines()[0] if not isinstance(err, ValidationError) else \
-                "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:3])
+            msg = (
+                str(err).splitlines()[0]
+                if not isinstance(err, ValidationError)
+                else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:3])
+            )
             problems.append(msg)
-            convo = convo + [{"role": "assistant", "content": text},
-                             {"role": "user", "content": "That reply was not valid: " + msg +
-                              ". Reply with only a JSON object matching this schema: " + json.dumps(schema)}]
+            convo = convo + [
+                {"role": "assistant", "content": text},
+                {
+                    "role": "user",
+                    "content": "That reply was not valid: "
+                    + msg
+                    + ". Reply with only a JSON object matching this schema: "
+                    + json.dumps(schema),
+                },
+            ]
     raise StructuredOutputError(what, problems)

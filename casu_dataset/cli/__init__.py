@@ -1,14 +1,28 @@
 """`python -m casu_dataset COMMAND`: compose, regenerate, demo, retrieval-eval, voices, validity, generate."""
-from __future__ import annotations
 
-from .clock import T0  # noqa: F401,I001  (first: the build's stage breakdown counts the imports below)
+from __future__ import annotations
 
 import argparse
 
-from ..errors import CasuError
-from . import (audit, build, compare, compose, demo, generate, merge, push, regenerate, retrieval_eval,
-               review, timeline, validity, voices)
-from .common import error, hub_offline
+from casu_dataset.cli import (
+    audit,
+    build,
+    compare,
+    compose,
+    demo,
+    generate,
+    merge,
+    push,
+    regenerate,
+    retrieval_eval,
+    review,
+    timeline,
+    validity,
+    voices,
+)
+from casu_dataset.cli.clock import T0  # noqa: F401,I001  (first: the build's stage breakdown counts the imports below)
+from casu_dataset.cli.common import error, hub_offline
+from casu_dataset.core.errors import CasuError
 
 EXIT_CODES = """exit codes:
   0  success
@@ -21,13 +35,31 @@ EXIT_CODES = """exit codes:
      (token, permissions); one line says which. Re-running resumes: files already committed are skipped"""
 
 # In the order `--help` lists them.
-COMMANDS = (compose, regenerate, demo, retrieval_eval, voices, validity, audit, build, compare, merge, push, review,
-            timeline, generate)
+COMMANDS = (
+    compose,
+    regenerate,
+    demo,
+    retrieval_eval,
+    voices,
+    validity,
+    audit,
+    build,
+    compare,
+    merge,
+    push,
+    review,
+    timeline,
+    generate,
+)
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m casu_dataset", description=__doc__, epilog=EXIT_CODES,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m casu_dataset",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     for command in COMMANDS:
         command.add(sub)
@@ -36,8 +68,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from ..log import setup_console_logging
-    from ..redact import guard_logging
+    from casu_dataset.core.log import setup_console_logging
+    from casu_dataset.core.redact import guard_logging
+
     setup_console_logging()  # here, not in __main__: the `casu` console script comes through main too
     guard_logging()
     try:

@@ -1,4 +1,5 @@
 """What several subcommands share: the error line, argparse types, the scene-builder flags."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,12 +8,13 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..api import out_problem
+from casu_dataset.api import out_problem
 
 
 def error(msg) -> None:
     """One error line on stderr, with any API key or token in it redacted."""
-    from ..redact import redact
+    from casu_dataset.core.redact import redact
+
     print(f"error: {redact(msg)}", file=sys.stderr)
 
 
@@ -24,42 +26,61 @@ def check_out(path, flag: str = "--out") -> str | None:
 
 def int_in(lo: int, hi: int | None = None):
     """argparse type: an integer in [lo, hi] (argparse names the flag in its error)."""
+
     def conv(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if hi is None else
-                                             f"must be in {lo}..{hi}, got {v}")
+            raise argparse.ArgumentTypeError(
+                f"must be >= {lo}, got {v}" if hi is None else f"must be in {lo}..{hi}, got {v}"
+            )
         return v
+
     return conv
 
 
 def float_in(lo: float, hi: float, lo_open: bool = False):
     """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open)."""
+
     def conv(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not (v > lo if lo_open else v >= lo) or not v <= hi:  # NaN fails both
-            raise argparse.ArgumentTypeError(f"must be > {lo:g} and <= {hi:g}, got {text}" if lo_open else
-                                             f"must be in {lo:g}..{hi:g}, got {text}")
+            raise argparse.ArgumentTypeError(
+                f"must be > {lo:g} and <= {hi:g}, got {text}"
+                if lo_open
+                else f"must be in {lo:g}..{hi:g}, got {text}"
+            )
         return v
+
     return conv
 
 
 def scene_flags(p) -> None:
     """The flags of every command that composes scenes."""
-    from ..script import MAX_SCENE_SECONDS
+    from casu_dataset.script.schema import MAX_SCENE_SECONDS
+
     p.add_argument("--seed", type=int_in(0), default=0, help="seed for every random choice (default 0)")
     p.add_argument("--cache", default=None, help="cache folder (default $CASU_CACHE or ~/.cache/casu)")
-    p.add_argument("--alpha", type=float_in(0.0, 1.0), default=0.6,
-                   help="matching-score weight of the description (0..1)")
-    p.add_argument("--embedding-model", default=None, help="sentence-transformers name or path (default MiniLM)")
-    p.add_argument("--duration", type=float_in(0.0, MAX_SCENE_SECONDS, lo_open=True), default=None,
-                   help=f"fixed scene length in s (default: fit, <= {MAX_SCENE_SECONDS:g})")
+    p.add_argument(
+        "--alpha",
+        type=float_in(0.0, 1.0),
+        default=0.6,
+        help="matching-score weight of the description (0..1)",
+    )
+    p.add_argument(
+        "--embedding-model", default=None, help="sentence-transformers name or path (default MiniLM)"
+    )
+    p.add_argument(
+        "--duration",
+        type=float_in(0.0, MAX_SCENE_SECONDS, lo_open=True),
+        default=None,
+        help=f"fixed scene length in s (default: fit, <= {MAX_SCENE_SECONDS:g})",
+    )
 
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -88,7 +109,8 @@ def hub_offline():
 
 def scripts(paths: list[str]):
     """(file, SceneScript) of each script file, or of each .yaml/.json file in a folder."""
-    from ..script import load_script
+    from casu_dataset.script.schema import load_script
+
     files = []
     for p in paths:
         p = Path(p)
@@ -98,6 +120,15 @@ def scripts(paths: list[str]):
 
 def builder(args, check_speech: bool):
     """A SceneBuilder from the scene flags."""
-    from ..realize import make_builder
-    return make_builder({"cache": args.cache, "embedding_model": args.embedding_model, "alpha": args.alpha,
-                         "check_speech": check_speech, "duration": args.duration, "catalogs": ["embedded"]})
+    from casu_dataset.mix.realize import make_builder
+
+    return make_builder(
+        {
+            "cache": args.cache,
+            "embedding_model": args.embedding_model,
+            "alpha": args.alpha,
+            "check_speech": check_speech,
+            "duration": args.duration,
+            "catalogs": ["embedded"],
+        }
+    )

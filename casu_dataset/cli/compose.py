@@ -1,11 +1,12 @@
 """`compose SCRIPT... --out DIR`: build scenes from script files or folders."""
+
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
 
-from .common import builder, check_out, error, scene_flags, scripts
+from casu_dataset.cli.common import builder, check_out, error, scene_flags, scripts
 
 
 def add(sub) -> None:
@@ -39,7 +40,9 @@ def compose(args, items, check_speech: bool) -> int:
             continue
         d = res.write(out / script.id)
         a = res.annotation
-        print(f"{script.id}: {a['duration']:.1f} s, bed {a['background']['clip_id']}, "
-              f"events {[e['clip_id'] for e in a['events']]}, voices "
-              f"{ {k: v['id'] for k, v in a['extra']['speech']['voices'].items()} } -> {d} ({time.perf_counter() - t:.1f} s)")
+        print(
+            f"{script.id}: {a['duration']:.1f} s, bed {a['background']['clip_id']}, "
+            f"events {[e['clip_id'] for e in a['events']]}, voices "
+            f"{ {k: v['id'] for k, v in a['extra']['speech']['voices'].items()} } -> {d} ({time.perf_counter() - t:.1f} s)"
+        )
     return 1 if failed else 0

@@ -1,10 +1,11 @@
 """`demo --out DIR`: compose the example scenes."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from .common import scene_flags, scripts
-from .compose import compose
+from casu_dataset.cli.common import scene_flags, scripts
+from casu_dataset.cli.compose import compose
 
 EXAMPLES = Path(__file__).parents[1] / "scenarios" / "examples"
 
@@ -19,6 +20,8 @@ def add(sub) -> None:
 def run(args) -> int:
     print(f"demo: composing the example scenes in {EXAMPLES} -> {args.out}")
     rc = compose(args, scripts([str(EXAMPLES)]), check_speech=True)
-    print(f"demo: wrote {len(list(Path(args.out).glob('*/mixture.wav')))} scenes under {args.out}/ "
-          "(mixture.wav, stems/*.wav, annotation.json each)")
+    print(
+        f"demo: wrote {len(list(Path(args.out).glob('*/mixture.wav')))} scenes under {args.out}/ "
+        "(mixture.wav, stems/*.wav, annotation.json each)"
+    )
     return rc

@@ -1,11 +1,12 @@
 """`merge --out DIR SHARD...`: join shard folders into one dataset."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..errors import CasuError
-from .common import check_out, error
+from casu_dataset.cli.common import check_out, error
+from casu_dataset.core.errors import CasuError
 
 
 def add(sub) -> None:
@@ -29,7 +30,8 @@ def _report_problem(f: Path) -> str | None:
     if not isinstance(rep["built"], list) or not all(isinstance(s, str) for s in rep["built"]):
         return f"{f}: built: expected a list of scene ids"
     if not isinstance(rep["skipped"], list) or not all(
-            isinstance(s, dict) and isinstance(s.get("scene_id"), str) for s in rep["skipped"]):
+        isinstance(s, dict) and isinstance(s.get("scene_id"), str) for s in rep["skipped"]
+    ):
         return f"{f}: skipped: expected a list of objects with a scene_id"
     if not isinstance(rep.get("lock"), (dict, type(None))):
         return f"{f}: lock: expected an object or null"
@@ -37,14 +39,17 @@ def _report_problem(f: Path) -> str | None:
 
 
 def run(args) -> int:
-    from ..build import merge_folders
+    from casu_dataset.dataset.build import merge_folders
+
     why = check_out(args.out)
     if why:
         error(why)
         return 2
     for d in args.shards:  # each shard's report names its own problem (merge_folders reads them unchecked)
         f = Path(d) / "build_report.json"
-        why = _report_problem(f) if f.is_file() else None  # no report: merge_folders says "not a CASU build folder"
+        why = (
+            _report_problem(f) if f.is_file() else None
+        )  # no report: merge_folders says "not a CASU build folder"
         if why:
             error(f"merge failed: {why}")
             return 1
@@ -53,5 +58,7 @@ def run(args) -> int:
     except CasuError as err:  # whatever a shard lacks, the merge failed (1), naming the shard
         error(f"merge failed: {err}")
         return 1
-    print(f"merged {len(args.shards)} shards: {len(rep.built)} scenes, {len(rep.skipped)} skipped -> {args.out}")
+    print(
+        f"merged {len(args.shards)} shards: {len(rep.built)} scenes, {len(rep.skipped)} skipped -> {args.out}"
+    )
     return 0

@@ -1,4 +1,5 @@
 """`push --repo ORG/NAME`: upload a built dataset folder to the Hugging Face Hub."""
+
 from __future__ import annotations
 
 import os
@@ -17,15 +18,20 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from ..hub import plan_push, push
+    from casu_dataset.core.hub import plan_push, push
+
     private = not args.public
     files = plan_push(args.folder)
     if args.dry_run:
-        print(f"would upload {len(files)} files of {args.folder} to the {'private' if private else 'public'} "
-              f"dataset repo {args.repo}:")
+        print(
+            f"would upload {len(files)} files of {args.folder} to the {'private' if private else 'public'} "
+            f"dataset repo {args.repo}:"
+        )
         print("\n".join(f"  {f}" for f in files))
         return 0
     info = push(args.folder, args.repo, private=private, token=os.environ.get("HF_TOKEN"))
-    print(f"pushed {len(files)} files of {args.folder} -> https://huggingface.co/datasets/{args.repo} "
-          f"({'private' if private else 'public'}; {getattr(info, 'oid', '')})")
+    print(
+        f"pushed {len(files)} files of {args.folder} -> https://huggingface.co/datasets/{args.repo} "
+        f"({'private' if private else 'public'}; {getattr(info, 'oid', '')})"
+    )
     return 0

@@ -1,4 +1,5 @@
 """`regenerate ANNOTATION [--out DIR] [--check WAV]`: rebuild a scene from its annotation.json."""
+
 from __future__ import annotations
 
 
@@ -14,9 +15,10 @@ def add(sub) -> None:
 def run(args) -> int:
     import numpy as np
 
-    from ..audio_io import load_audio
-    from ..bank import bank_dir
-    from ..mixer import regenerate
+    from casu_dataset.core.audio_io import load_audio
+    from casu_dataset.mix.mixer import regenerate
+    from casu_dataset.sounds.bank import bank_dir
+
     res = regenerate(args.annotation, search_dirs=[bank_dir() / "audio", *args.search])
     if args.out:
         d = res.write(args.out)

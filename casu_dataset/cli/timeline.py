@@ -1,13 +1,16 @@
 """`timeline --dataset DIR --scene ID --out PNG`: a scene's spectrogram with labelled spans."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from .common import error
+from casu_dataset.cli.common import error
 
 
 def add(sub) -> None:
-    p = sub.add_parser("timeline", help="write a scene's timeline picture (spectrogram + labelled spans) as PNG")
+    p = sub.add_parser(
+        "timeline", help="write a scene's timeline picture (spectrogram + labelled spans) as PNG"
+    )
     p.add_argument("--dataset", required=True)
     p.add_argument("--scene", required=True)
     p.add_argument("--out", required=True)
@@ -15,12 +18,17 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from ..audio_io import decode_bytes
-    from ..contract import SceneAnnotation
-    from ..reader import BuiltDataset, LoadError
-    from ..review.timeline import timeline_png
+    from casu_dataset.contract import SceneAnnotation
+    from casu_dataset.core.audio_io import decode_bytes
+    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.review.timeline import timeline_png
+
     try:
-        rows = BuiltDataset(args.dataset).table("scenes", columns=["scene_id", "audio", "annotation"]).arrow.to_pylist()
+        rows = (
+            BuiltDataset(args.dataset)
+            .table("scenes", columns=["scene_id", "audio", "annotation"])
+            .arrow.to_pylist()
+        )
     except LoadError as err:
         error(f"--dataset {err}")
         return 2

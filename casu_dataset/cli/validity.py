@@ -1,4 +1,5 @@
 """`validity`: coverage counts, realisability and blind baselines of a scenario library."""
+
 from __future__ import annotations
 
 import sys
@@ -6,33 +7,58 @@ from pathlib import Path
 
 
 def add(sub) -> None:
-    p = sub.add_parser("validity", help="coverage counts, realisability and blind baselines of a scenario library")
-    p.add_argument("--scenarios", default=None, help="scenario or family folder/file (default: the shipped CASU-mini v2 families)")
-    p.add_argument("--dataset", default=None, help="a built dataset folder: also check that stems shared by variants are identical")
+    p = sub.add_parser(
+        "validity", help="coverage counts, realisability and blind baselines of a scenario library"
+    )
+    p.add_argument(
+        "--scenarios",
+        default=None,
+        help="scenario or family folder/file (default: the shipped CASU-mini v2 families)",
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="a built dataset folder: also check that stems shared by variants are identical",
+    )
     p.add_argument("--lm", default="smollm2", help="text LM for the log-likelihood blind baseline")
-    p.add_argument("--no-lm", action="store_true", help="skip the LM baseline (it takes a few minutes on CPU)")
+    p.add_argument(
+        "--no-lm", action="store_true", help="skip the LM baseline (it takes a few minutes on CPU)"
+    )
     p.add_argument("--out", default=None, help="also write the Markdown report here")
     p.add_argument("--cache", default=None)
-    p.add_argument("--strict-cues", action="store_true",
-                   help="with --dataset: an inaudible, untrue or indistinct cue is a violation (exit 1)")
+    p.add_argument(
+        "--strict-cues",
+        action="store_true",
+        help="with --dataset: an inaudible, untrue or indistinct cue is a violation (exit 1)",
+    )
     p.set_defaults(fn=run)
 
 
 def run(args) -> int:
-    from ..scenarios.families import DEFAULT_V2_DIR, is_family_library
+    from casu_dataset.families.compile import DEFAULT_V2_DIR, is_family_library
+
     src = args.scenarios or DEFAULT_V2_DIR
     if is_family_library(src):
         return _family_validity(args, src)
-    from ..catalog import Catalog
-    from ..retrieval import Embedder, Retriever
-    from ..scenarios.library import all_questions, compile_library
-    from ..validity import BLIND_TARGET, coverage, format_report, realisability, run_blind
+    from casu_dataset.families.blind import (
+        BLIND_TARGET,
+        coverage,
+        format_report,
+        realisability,
+        run_blind,
+    )
+    from casu_dataset.legacy.library import compile_library
+    from casu_dataset.script.scenes import all_questions
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Embedder, Retriever
+
     scenes = compile_library(src)
     qs = all_questions(scenes)
     emb = Embedder()
     lm = None
     if not args.no_lm:
-        from ..llm.local import LocalLM
+        from casu_dataset.core.llm.local import LocalLM
+
         lm = LocalLM(args.lm)
     blind = run_blind(qs, emb, lm)
     bad = realisability(scenes, Retriever(Catalog.embedded(), emb, cache_dir=args.cache))
@@ -47,10 +73,11 @@ def run(args) -> int:
 def _family_validity(args, src) -> int:
     """Contrast-family invariants (exit 1 naming family and field when one breaks), counts,
     stem identity in a built dataset (--dataset) and the blind baselines."""
-    from .. import family_validity as fv
-    from ..catalog import Catalog
-    from ..retrieval import Embedder, Retriever
-    from ..scenarios.families import FamilyError, compile_families
+    from casu_dataset.families import validity as fv
+    from casu_dataset.families.compile import FamilyError, compile_families
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Embedder, Retriever
+
     try:
         scenes = compile_families(src)
     except FamilyError as err:  # a broken family is what this command looks for: a finding (1), not bad input
@@ -63,12 +90,14 @@ def _family_validity(args, src) -> int:
     blind = fv.embedding_readers(scenes, emb)
     blind.update(fv.length_readers(scenes))
     if not args.no_lm:
-        from ..llm.local import LocalLM
+        from casu_dataset.core.llm.local import LocalLM
+
         blind.update(fv.lm_question_only(scenes, LocalLM(args.lm)))
     report = fv.format_report(fv.counts(scenes), violations, blind, built)
     cue_failures = []
     if args.dataset and not (built and built[0]):
-        from ..cue_checks import check_folder, failures, format_summary
+        from casu_dataset.mix.cue_checks import check_folder, failures, format_summary
+
         cues = check_folder(args.dataset)
         report += "\n\n" + format_summary(cues["summary"])
         cue_failures = failures(cues["summary"]) if args.strict_cues else []

@@ -1,10 +1,11 @@
 """`voices`: per-voice WER table over the fixed sentence set."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .common import int_in
+from casu_dataset.cli.common import int_in
 
 
 def add(sub) -> None:
@@ -16,17 +17,25 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from ..speech.intelligibility import DEFAULT_MAX_WER, SENTENCES, WhisperChecker, voice_wer_table
-    from ..speech.layer import SpeechSynth
-    from ..speech.voices import VoiceRegistry
+    from casu_dataset.speech.intelligibility import (
+        DEFAULT_MAX_WER,
+        SENTENCES,
+        WhisperChecker,
+        voice_wer_table,
+    )
+    from casu_dataset.speech.layer import SpeechSynth
+    from casu_dataset.speech.voices import VoiceRegistry
+
     reg = VoiceRegistry().available()
     sentences = SENTENCES[: args.sentences] if args.sentences else SENTENCES
     rows = voice_wer_table(reg, SpeechSynth(args.cache), WhisperChecker(), sentences)
     print("| voice | engine | gender | age | pitch (st) | tempo | WER | kept |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['voice']} | {r['engine']} | {r['gender']} | {r['age']} | {r['pitch_st']:+.2f} | "
-              f"{r['tempo']:.3f} | {r['wer']:.3f} | {'yes' if r['wer'] <= DEFAULT_MAX_WER else 'no'} |")
+        print(
+            f"| {r['voice']} | {r['engine']} | {r['gender']} | {r['age']} | {r['pitch_st']:+.2f} | "
+            f"{r['tempo']:.3f} | {r['wer']:.3f} | {'yes' if r['wer'] <= DEFAULT_MAX_WER else 'no'} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

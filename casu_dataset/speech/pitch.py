@@ -2,6 +2,7 @@
 
 Used to check that two voices of a conversation are apart in pitch, in semitones.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,9 @@ import soxr
 SR = 16000
 
 
-def median_f0(audio: np.ndarray, sr: int, fmin: float = 60.0, fmax: float = 500.0,
-              threshold: float = 0.15) -> float:
+def median_f0(
+    audio: np.ndarray, sr: int, fmin: float = 60.0, fmax: float = 500.0, threshold: float = 0.15
+) -> float:
     """Median f0 in Hz over voiced frames; nan when nothing is voiced."""
     x = soxr.resample(audio.astype(np.float32), sr, SR) if sr != SR else audio.astype(np.float32)
     frame, hop = 1024, 256
@@ -30,9 +32,9 @@ def median_f0(audio: np.ndarray, sr: int, fmin: float = 60.0, fmax: float = 500.
     spec = np.fft.rfft(frames, n=2 * (w + tau_max))
     ref = np.fft.rfft(frames[:, :w], n=2 * (w + tau_max))
     corr = np.fft.irfft(spec * np.conj(ref))[:, : tau_max + 1]
-    sq = np.cumsum(np.concatenate([np.zeros((frames.shape[0], 1)), frames ** 2], axis=1), axis=1)
-    energy_shift = sq[:, w: w + tau_max + 1] - sq[:, : tau_max + 1]
-    d = sq[:, w: w + 1] + energy_shift - 2 * corr
+    sq = np.cumsum(np.concatenate([np.zeros((frames.shape[0], 1)), frames**2], axis=1), axis=1)
+    energy_shift = sq[:, w : w + tau_max + 1] - sq[:, : tau_max + 1]
+    d = sq[:, w : w + 1] + energy_shift - 2 * corr
     d[:, 0] = 0
     cmnd = np.ones_like(d)
     cs = np.cumsum(d[:, 1:], axis=1)

@@ -6,6 +6,7 @@ and the result is resampled by r, which raises the pitch by r and restores the d
 `derive(base, seed)` draws a shift in documented ranges from a seed; the default pool below
 lists the seeds it used, so every identity is reproducible and stable.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -13,12 +14,12 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import soxr
 
-from ..contract import derive_rng
-from .engines import EngineError, check_text, get_engine
+from casu_dataset.contract import derive_rng
+from casu_dataset.speech.engines import EngineError, check_text, get_engine
 
-PITCH_RANGE_ST = (-3.0, 3.0)     # seeded shifts for derived adult voices
+PITCH_RANGE_ST = (-3.0, 3.0)  # seeded shifts for derived adult voices
 TEMPO_RANGE = (0.92, 1.08)
-CHILD_PITCH_ST = (3.0, 8.0)      # a child role gets a clearly higher voice
+CHILD_PITCH_ST = (3.0, 8.0)  # a child role gets a clearly higher voice
 # Children's voices come mostly from the female base for both genders: before puberty the
 # two sound alike, and raising a low male voice by the octave a child needs turns it
 # cartoonish (awb, the highest male voice, is the one exception).
@@ -28,13 +29,13 @@ CHILD_PITCH_ST = (3.0, 8.0)      # a child role gets a clearly higher voice
 class Voice:
     id: str
     engine: str
-    base: str                    # engine's own voice name or model path
-    gender: str                  # "female" | "male"
+    base: str  # engine's own voice name or model path
+    gender: str  # "female" | "male"
     accent: str
-    age: str = "adult"           # "adult" | "child"
+    age: str = "adult"  # "adult" | "child"
     pitch_st: float = 0.0
     tempo: float = 1.0
-    seed: int | None = None      # the seed a derived voice was drawn from
+    seed: int | None = None  # the seed a derived voice was drawn from
 
     @property
     def base_id(self) -> str:
@@ -85,8 +86,10 @@ _DERIVED = [
     derive(_B["flite-awb"], 70, age="child", vid="child-boy-b"),
 ]
 # espeak-ng is kept out of the default pool (robotic); it is there for a forced fallback.
-FALLBACK = [Voice("espeak-f", "espeak", "en-us+f3", "female", "us"),
-            Voice("espeak-m", "espeak", "en-us", "male", "us")]
+FALLBACK = [
+    Voice("espeak-f", "espeak", "en-us+f3", "female", "us"),
+    Voice("espeak-m", "espeak", "en-us", "male", "us"),
+]
 DEFAULT_VOICES: list[Voice] = _BASES + _DERIVED
 
 
@@ -95,7 +98,9 @@ class VoiceRegistry:
         self.voices = list(voices or DEFAULT_VOICES)
         ids = [v.id for v in self.voices]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"voice registry: duplicate voice ids {sorted({i for i in ids if ids.count(i) > 1})}")
+            raise ValueError(
+                f"voice registry: duplicate voice ids {sorted({i for i in ids if ids.count(i) > 1})}"
+            )
         self._by_id = {v.id: v for v in self.voices}
 
     def __getitem__(self, vid: str) -> Voice:
@@ -124,5 +129,7 @@ def speak(text: str, voice: Voice, where: str = "turn") -> tuple[np.ndarray, int
     if r != 1.0:
         audio = soxr.resample(audio, sr * r, sr, quality="HQ").astype(np.float32)
     if audio.size == 0 or not np.all(np.isfinite(audio)) or np.max(np.abs(audio)) < 1e-4:
-        raise EngineError(f"{where} ({voice.id}): {voice.engine} produced silent or invalid audio for {text!r}")
+        raise EngineError(
+            f"{where} ({voice.id}): {voice.engine} produced silent or invalid audio for {text!r}"
+        )
     return audio.astype(np.float32), sr

@@ -1,0 +1,93 @@
+"""`casu_dataset.load(path_or_repo, task)`: a built CASU dataset's rows as items with decoded audio.
+
+    import casu_dataset
+    item = casu_dataset.load("./casu_mini", "contextual_reasoning")[0]
+    item.waveform, item.sample_rate, item.question, item.options, item.key
+
+The rows come from `casu_dataset.dataset.reader` (a local folder read from its parquet files with
+pyarrow, a Hub id through `datasets.load_dataset`, audio left as bytes). Audio is decoded with
+soundfile (casu_dataset.core.audio_io) when `waveform` is read, never with torchcodec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from casu_dataset.contract import (
+    SCENES_CONFIG,
+    UnknownTaskError,
+    registered_task,
+    tasks,
+)
+from casu_dataset.dataset.reader import (
+    ALL_CONFIG,
+    BuiltDataset,
+    ConfigNotFound,
+    DatasetNotFound,
+    LoadError,
+    Row,
+)
+
+__all__ = [
+    "ALL_CONFIG",
+    "ConfigNotFound",
+    "DatasetNotFound",
+    "LoadError",
+    "Row",
+    "UnknownTask",
+    "data_files",
+    "load",
+    "waveform",
+]
+
+
+class UnknownTask(LoadError, UnknownTaskError):
+    def __str__(self):
+        return str(self.args[0])
+
+
+def _config_of(task: str) -> str:
+    if task == ALL_CONFIG:
+        return task
+    spec = registered_task(task)
+    if spec is None:
+        raise UnknownTask(
+            f"unknown task {task!r} (tasks: {', '.join(t.name for t in tasks())}, {ALL_CONFIG})"
+        )
+    return spec.dataset_config
+
+
+def data_files(folder: str | Path, task: str = ALL_CONFIG, split: str = "test") -> dict[str, list[str]]:
+    """`{split: [absolute parquet paths]}` of one task (or `all`) of a built local folder, for
+    `datasets.load_dataset("parquet", data_files=...)`: works from any working directory, and the
+    datasets cache is keyed by these files, so a rebuilt folder (or another folder of the same
+    name) is never served stale, as `load_dataset(folder)` is (its cache is keyed by the name)."""
+    config = _config_of(task) if task != SCENES_CONFIG else task
+    ds = BuiltDataset(Path(folder).expanduser().resolve())
+    return {split: [str(p) for p in ds.files(config, split)]}
+
+
+def waveform(row_or_audio: dict) -> tuple[np.ndarray, int]:
+    """(float32 mono waveform, sample rate) of a row from `datasets` (or its `audio` value
+    `{bytes, path}`), decoded with soundfile: no torchcodec."""
+    import io
+
+    import soundfile as sf
+
+    audio = row_or_audio.get("audio", row_or_audio) if isinstance(row_or_audio, dict) else None
+    blob = audio.get("bytes") if isinstance(audio, dict) else None
+    if not blob:
+        raise LoadError("waveform: expected a CASU row or its audio value {bytes, path} with FLAC bytes")
+    x, sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=False)
+    return x, int(sr)
+
+
+def load(path_or_repo: str | Path, task: str = ALL_CONFIG, split: str = "test") -> list[Row]:
+    """The rows of one task (a task name, or `all` for every multiple-choice question) of a built
+    CASU dataset: a local folder or a Hub dataset id. Raises DatasetNotFound, ConfigNotFound,
+    UnknownTask (all LoadError)."""
+    if task == SCENES_CONFIG:
+        raise UnknownTask(f"{task!r} holds whole scenes, not task items: read it with datasets.load_dataset")
+    return BuiltDataset(path_or_repo).rows(_config_of(task), split)

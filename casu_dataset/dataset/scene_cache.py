@@ -1,0 +1,170 @@
+"""The build's scene cache: each built scene stored under a content key of everything that
+determines it (script, seed, mix settings, retrieval settings, catalog, voices, and the source of
+the code that renders a scene), so an interrupted build resumes where it stopped and a rebuild
+with the same inputs writes byte-identical files. A scene is written to a temp folder
+(atomic.tmp_path) and renamed into place; `clean_scene_cache` removes the folders of killed writers."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from casu_dataset import __version__
+from casu_dataset.core import atomic, cache_layout
+from casu_dataset.core.audio_io import encode_flac
+from casu_dataset.core.content_key import content_key
+from casu_dataset.families.shared_timeline import build_family
+
+BUILD_CACHE_VERSION = 1
+# The code that turns a script into audio: a change to any of these files changes every scene
+# key, so a mixer fix can never be served stale scenes from the cache. Retrieval and catalog
+# code is in too: it decides which clip a layer gets; the contract holds the seeded streams.
+RENDER_SOURCES = (
+    "mix/mixer.py",
+    "script/timeline.py",
+    "core/loudness.py",
+    "core/audio_io.py",
+    "sounds/source_check.py",
+    "mix/realize.py",
+    "sounds/retrieval.py",
+    "sounds/catalog.py",
+    "contract.py",
+    "speech/*.py",
+    "families/shared_timeline.py",
+    "dataset/lock.py",
+)
+_CODE_ROOT = Path(__file__).parent.parent  # the casu_dataset package
+STEMS = ("mixture", "background", "speech", "events")
+
+
+@functools.lru_cache(maxsize=4)
+def code_hash(root: Path = _CODE_ROOT) -> str:
+    """sha256 over the RENDER_SOURCES under `root` (names and bytes); computed once per process."""
+    h = hashlib.sha256()
+    for pattern in RENDER_SOURCES:
+        for f in sorted(root.glob(pattern)):
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
+    """`settings`: a contrast-family variant's shared {rng_key, turn_reserve, clip_gain}."""
+    r = builder.retriever
+    parts = [
+        BUILD_CACHE_VERSION,
+        __version__,
+        code_hash(_CODE_ROOT),
+        scene.script.to_dict(),
+        int(seed),
+        builder.mix_config.model_dump(mode="json"),
+        r.alpha,
+        r.embedder.model_name,
+        r.catalog.fingerprint(),
+        [v.to_dict() for v in builder.registry.voices],
+        builder.checker is not None,
+        builder.max_wer,
+    ]
+    if settings:
+        parts.append(settings)
+    ann = r.index_settings() if hasattr(r, "index_settings") else None
+    if ann:  # big catalogs searched through the faiss index: its settings decide the candidates too
+        parts.append(ann)
+    return content_key(parts, 32)
+
+
+def build_scene(
+    scene, seed: int, builder, cache_dir: Path, settings: dict | None = None, touched: list | None = None
+) -> tuple[dict, bool]:
+    """{annotation, flac: {mixture, background, speech, events}} for one scene, from cache if present.
+    `touched` (a list) collects the cache keys used (the Ray executor ships those entries)."""
+    d = cache_layout.scenes_dir(cache_dir) / scene_key(scene, seed, builder, settings)
+    if touched is not None:
+        touched.append(d.name)
+    if (d / "done").is_file():
+        ann = json.loads((d / "annotation.json").read_text())
+        flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
+        return {"annotation": ann, "flac": flac}, True
+    res = builder.build(scene.script, seed, **(settings or {}))
+    flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
+    _store(
+        d,
+        {
+            "annotation.json": json.dumps(res.annotation, sort_keys=True).encode(),
+            **{f"{k}.flac": b for k, b in flac.items()},
+        },
+    )
+    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}, False
+
+
+def _store(d: Path, files: dict[str, bytes]) -> None:
+    """Write a scene's files to a temp folder and rename it to `d` (`done` marks it complete)."""
+    tmp = atomic.tmp_path(d)
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, b in files.items():
+        (tmp / name).write_bytes(b)
+    (tmp / "done").write_text("ok")
+    if d.exists():  # a concurrent build finished the same scene first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.replace(d)
+
+
+def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = None) -> tuple[dict, bool]:
+    """A scene realized from the builder's lock (casu_dataset/dataset/lock.py), cached under a key of its
+    lock entry and the rendering code: {annotation, flac, drift}."""
+    from casu_dataset.dataset.lock import realize_locked
+
+    entry = builder.lock.entry(scene.script.id)
+    key = content_key(
+        [
+            "locked",
+            BUILD_CACHE_VERSION,
+            __version__,
+            code_hash(_CODE_ROOT),
+            entry,
+            [v.to_dict() for v in builder.registry.voices],
+        ],
+        32,
+    )
+    d = cache_layout.scenes_dir(cache_dir) / key
+    if touched is not None:
+        touched.append(d.name)
+    if (d / "done").is_file():
+        flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
+        return {
+            "annotation": entry["annotation"],
+            "flac": flac,
+            "drift": json.loads((d / "drift.json").read_text()),
+        }, True
+    ann, flac, drift = realize_locked(scene, entry, builder)
+    _store(
+        d,
+        {
+            "drift.json": json.dumps(drift.to_dict(), sort_keys=True).encode(),
+            **{f"{k}.flac": b for k, b in flac.items()},
+        },
+    )
+    return {"annotation": ann, "flac": flac, "drift": drift.to_dict()}, False
+
+
+def build_unit(
+    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+) -> dict[str, tuple[dict, bool]]:
+    """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
+    A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision)."""
+    if getattr(builder, "lock", None) is not None:
+        return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
+    if getattr(unit[0], "family_id", ""):
+        return build_family(
+            unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched)
+        )
+    (scene,) = unit
+    return {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
+
+
+def clean_scene_cache(cache_dir: Path) -> list[Path]:
+    """Remove the temp folders of scene writes whose process is gone (killed builds)."""
+    return atomic.clean_stale(cache_layout.scenes_dir(cache_dir).glob(atomic.TMP_GLOB))

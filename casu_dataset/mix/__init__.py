@@ -1,0 +1,1 @@
+"""Stage 3, layers -> one scene: realisation, time-aligned mixing with loudness control, cue checks."""

@@ -1,0 +1,214 @@
+"""Does the audio carry each family's cue? Measured on a built dataset, from the stems.
+
+A contrast family's key assumes a listener hears its slot (the varied event, or the varied
+background) as the fill describes it. Three checks, per variant, from the audio as mixed:
+
+- audibility: an event cue's loudest 100 ms frame inside its window, K-weighted, against speech +
+  background (+ other events) in that same frame; a background cue's 90th-percentile frame against
+  the rest. Below AUDIBLE_DB the cue fails. 3 dB: identification of environmental sounds in noise
+  falls steeply as the signal-to-noise ratio approaches 0 dB (Gygi & Shafiro 2011 found
+  identification in babble far below its quiet level at 0 dB and near chance well below it), so
+  a cue must stand at least 3 dB above everything else in its best frame.
+- truth: the similarity between the fill's description and the retrieved clip's own captions
+  (the retrieval's desc_sim, MiniLM cosine); below TRUE_MIN the clip does not say what the fill
+  says (the wrong recording for the key), between TRUE_MIN and TRUE_READ it is listed for an
+  honest reader.
+- distinctness: the fills of one family as mixed, as 32 log-spaced band levels (mean and spread
+  over 50 ms frames, dB); two fills closer than DISTINCT_MIN_DB (RMS over the bands) sound alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+AUDIBLE_DB = 3.0
+TRUE_MIN = 0.5
+TRUE_READ = 0.7
+DISTINCT_MIN_DB = 3.0
+SR = 16000
+FRAME = 1600  # 100 ms
+HOP = 800
+
+
+def _frames_db(x: np.ndarray, weighted: bool = True) -> np.ndarray:
+    """K-weighted (or plain) energy per 100 ms frame (50 ms hop), dB."""
+    from casu_dataset.core.loudness import kweight
+
+    k = (kweight(x, SR) if weighted else np.asarray(x)).astype(np.float64) ** 2
+    if k.shape[0] < FRAME:
+        k = np.pad(k, (0, FRAME - k.shape[0]))
+    c = np.concatenate([[0.0], np.cumsum(k)])
+    starts = np.arange(0, k.shape[0] - FRAME + 1, HOP)
+    e = (c[starts + FRAME] - c[starts]) / FRAME
+    return 10 * np.log10(np.maximum(e, 1e-20))
+
+
+def audibility(stems: dict[str, np.ndarray], ann: dict, slot_kind: str, weighted: bool = True) -> float:
+    """dB of the cue over the rest in its best frame (see the module docstring). K-weighted by
+    default (the ear's sensitivity: a phone's ring stands out of speech and a bed more than its
+    plain level says); `weighted=False` gives the plain level ratio, reported beside it."""
+    if slot_kind == "event":
+        j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
+        ev = ann["plan"]["events"][j]
+        lo, hi = ev["onset_samples"], ev["onset_samples"] + ev["length_samples"]
+        cue = _frames_db(stems["events"][lo:hi], weighted)
+        rest = _frames_db(stems["speech"][lo:hi] + stems["background"][lo:hi], weighted)
+        i = int(np.argmax(cue))
+        return round(float(cue[i] - rest[i]), 2)
+    cue = _frames_db(stems["background"], weighted)
+    rest = _frames_db(stems["speech"] + stems["events"], weighted)
+    return round(float(np.percentile(cue - rest, 90)), 2)
+
+
+def band_profile(x: np.ndarray) -> np.ndarray:
+    """Mean and spread of 32 log-spaced band levels (100 Hz - 8 kHz, dB) over 50 ms frames."""
+    n = 1024
+    if x.shape[0] < n:
+        x = np.pad(x, (0, n - x.shape[0]))
+    idx = np.arange(0, x.shape[0] - n + 1, 800)
+    spec = np.abs(np.fft.rfft(np.stack([x[i : i + n] for i in idx]) * np.hanning(n), axis=1)) ** 2
+    freqs = np.fft.rfftfreq(n, 1 / SR)
+    edges = np.geomspace(100, 8000, 33)
+    bands = np.stack(
+        [spec[:, (freqs >= lo) & (freqs < hi)].sum(axis=1) for lo, hi in zip(edges[:-1], edges[1:])], 1
+    )
+    db = 10 * np.log10(np.maximum(bands, 1e-12))
+    active = db.max(axis=1) > db.max() - 40  # frames where the cue sounds, not its silent tail
+    db = db[active] if active.any() else db
+    return np.concatenate([db.mean(axis=0), db.std(axis=0)])
+
+
+def cue_audio(stems: dict[str, np.ndarray], ann: dict, slot_kind: str) -> np.ndarray:
+    if slot_kind == "event":
+        j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
+        ev = ann["plan"]["events"][j]
+        return stems["events"][ev["onset_samples"] : ev["onset_samples"] + ev["length_samples"]]
+    return stems["background"]
+
+
+def check_folder(folder: str | Path) -> dict:
+    """Per-variant cue rows and per-family distinctness pairs of a built dataset, with counts."""
+    import pyarrow.parquet as pq
+
+    from casu_dataset.core.audio_io import decode_bytes
+
+    folder = Path(folder)
+    cols = [
+        "scene_id",
+        "family_id",
+        "slot_kind",
+        "fill",
+        "fill_group",
+        "background",
+        "speech",
+        "events",
+        "annotation",
+    ]
+    rows, profiles = [], defaultdict(dict)
+    for f in sorted((folder / "scenes").glob("*.parquet")):
+        pf = pq.ParquetFile(str(f))
+        for g in range(pf.num_row_groups):
+            for r in pf.read_row_group(g, columns=cols, use_threads=False).to_pylist():
+                if not r["family_id"]:
+                    continue
+                ann = json.loads(r["annotation"])
+                stems = {
+                    k: decode_bytes(r[k]["bytes"], f"{r['scene_id']} {k}")
+                    for k in ("background", "speech", "events")
+                }
+                kind = r["slot_kind"]
+                if kind == "event":
+                    j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
+                    m = ann["extra"]["retrieval"]["events"][j]
+                    desc = ann["script"]["events"][j]["description"]
+                else:
+                    m = ann["extra"]["retrieval"]["background"]
+                    desc = ann["script"]["background"]["description"]
+                rows.append(
+                    {
+                        "scene_id": r["scene_id"],
+                        "family_id": r["family_id"],
+                        "fill": r["fill"],
+                        "kind": kind,
+                        "clip_id": m["clip_id"],
+                        "description": desc,
+                        "caption": m["caption"],
+                        "truth": round(float(m["desc_sim"]), 4),
+                        "audibility_db": audibility(stems, ann, kind),
+                        "audibility_plain_db": audibility(stems, ann, kind, weighted=False),
+                    }
+                )
+                if r["fill"] not in profiles[r["family_id"]]:
+                    profiles[r["family_id"]][r["fill"]] = (
+                        m["clip_id"],
+                        band_profile(cue_audio(stems, ann, kind)),
+                    )
+    pairs = []
+    for fam, fills in sorted(profiles.items()):
+        names = sorted(fills)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                d = float(np.sqrt(np.mean((fills[a][1] - fills[b][1]) ** 2)))
+                pairs.append(
+                    {
+                        "family_id": fam,
+                        "fills": [a, b],
+                        "clips": [fills[a][0], fills[b][0]],
+                        "distance_db": round(d, 2),
+                    }
+                )
+    return {"cues": rows, "pairs": pairs, "summary": summary(rows, pairs)}
+
+
+def summary(rows: list[dict], pairs: list[dict]) -> dict:
+    aud = [r["audibility_db"] for r in rows]
+    return {
+        "cues": len(rows),
+        "families": len({r["family_id"] for r in rows}),
+        "inaudible": sorted({(r["family_id"], r["fill"]) for r in rows if r["audibility_db"] < AUDIBLE_DB}),
+        "audibility_median_db": round(float(np.median(aud)), 2) if aud else None,
+        "plain_below_0db": sorted(
+            {(r["family_id"], r["fill"]) for r in rows if r.get("audibility_plain_db", 99) < 0}
+        ),
+        "untrue": sorted({(r["family_id"], r["fill"]) for r in rows if r["truth"] < TRUE_MIN}),
+        "to_read": sorted({(r["family_id"], r["fill"]) for r in rows if TRUE_MIN <= r["truth"] < TRUE_READ}),
+        "alike": [(p["family_id"], *p["fills"]) for p in pairs if p["distance_db"] < DISTINCT_MIN_DB],
+        "pairs": len(pairs),
+    }
+
+
+def failures(s: dict) -> list[str]:
+    """The cue failures as violation lines (validity --strict-cues)."""
+    return (
+        [
+            f"family {f}: fill {x}: cue below {AUDIBLE_DB:g} dB over the rest (inaudible)"
+            for f, x in s["inaudible"]
+        ]
+        + [
+            f"family {f}: fill {x}: clip captions do not match the fill (similarity < {TRUE_MIN:g})"
+            for f, x in s["untrue"]
+        ]
+        + [
+            f"family {f}: fills {a} and {b} sound alike (< {DISTINCT_MIN_DB:g} dB apart)"
+            for f, a, b in s["alike"]
+        ]
+    )
+
+
+def format_summary(s: dict) -> str:
+    lines = [
+        f"cue checks: {s['cues']} cues in {s['families']} families, {s['pairs']} fill pairs",
+        f"- audibility (>= {AUDIBLE_DB:g} dB over the rest in the cue's best frame): {len(s['inaudible'])} fail; "
+        f"median {s['audibility_median_db']} dB; {len(s.get('plain_below_0db', []))} below 0 dB unweighted",
+        f"- truth (fill description vs the clip's captions, MiniLM cosine): {len(s['untrue'])} below {TRUE_MIN:g} "
+        f"(fail), {len(s['to_read'])} in [{TRUE_MIN:g}, {TRUE_READ:g}) (for an honest reader)",
+        f"- distinctness (fills of a family >= {DISTINCT_MIN_DB:g} dB apart in band levels): {len(s['alike'])} "
+        "pairs sound alike",
+    ]
+    for what, items in (("inaudible", s["inaudible"]), ("untrue", s["untrue"]), ("alike", s["alike"])):
+        lines += [f"  {what}: " + " ".join("/".join(map(str, i)) for i in items)] if items else []
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Stage 1, what a scene is: the scene-script schema, compiled scenes and questions, the timeline."""

@@ -1,0 +1,1 @@
+"""Stage 2a, sounds: the embedded bank, catalogs, matching-score retrieval and clip checks."""
