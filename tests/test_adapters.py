@@ -68,11 +68,11 @@ def test_the_audio_probe_runs_for_each_tiny_adapter(name, tiny_dirs, casu_small)
         a,
         [load_tasks()["contextual_reasoning"]],
         CasuData(casu_small),
-        EvalOptions(progress=False, limit=2, probe_n=2, batch_size=2),
+        EvalOptions(progress=False, limit=4, probe_n=2, batch_size=2),  # --limit keeps whole families: one
     )
     # Random weights cannot show audio dependence; the probe must run and report, either way.
     assert ev["audio_probe"]["status"] in ("ok", "unchanged") and len(ev["audio_probe"]["questions"]) == 2
-    assert ev["results"]["contextual_reasoning"]["PEB"]["n"] == 2 and not ev["errors"]
+    assert ev["results"]["contextual_reasoning"]["PEB"]["n"] == 4 and not ev["errors"]
 
 
 def test_missing_weights_and_unknown_names_fail_clearly(tmp_path):

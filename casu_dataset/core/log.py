@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from casu_dataset.core.redact import RedactingFilter
+
 LOGGER = "casu_dataset"
 
 
@@ -42,4 +44,5 @@ def setup_console_logging(level: int = logging.INFO) -> None:
     err.setLevel(logging.WARNING)
     for h in (out, err):
         h.setFormatter(logging.Formatter("%(message)s"))
+        h.addFilter(RedactingFilter())  # a key or token in a library message never reaches the console
         logger.addHandler(h)
