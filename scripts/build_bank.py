@@ -129,7 +129,8 @@ class Sources:
         if pkg not in self.copyright:
             cf = self.src / "copyright" / f"{pkg}.txt"
             self.copyright[pkg] = parse_copyright(cf) if cf.exists() else []
-            if cf.exists():
+            # A package's file already in the bank stays as committed (existing clips cite it).
+            if cf.exists() and not (OUT / "licenses" / f"{pkg}.txt").exists():
                 shutil.copy(cf, OUT / "licenses" / f"{pkg}.txt")
         return self.copyright[pkg]
 
@@ -198,10 +199,10 @@ def build_clip(f: Path, sources: Sources, captions: dict, seen: dict) -> tuple[d
     }, None
 
 
-def build_clips(sources: Sources, captions: dict, clips: list, dropped: list, seen: dict) -> None:
-    done = {c["id"] for c in clips}
+def build_clips(sources: Sources, captions: dict, clips: list, dropped: list, seen: dict,
+                skip: frozenset[str] = frozenset()) -> None:
     for f in sorted((sources.src / "clips").iterdir()):
-        if f.stem in done:
+        if f.stem in skip:
             continue
         clip, reason = build_clip(f, sources, captions, seen)
         if clip is None:
@@ -224,12 +225,13 @@ def main(src: Path) -> None:
 def add(src: Path) -> None:
     """Append the clips of another sources folder to the committed bank. Existing clips, their
     audio bytes and manifest entries are left as they are (a re-encode would change the bytes
-    that built datasets hash); clips already in the bank are skipped."""
+    that built datasets hash); clips already in the bank or already dropped are skipped."""
     manifest = json.loads((OUT / "manifest.json").read_text())
     clips, dropped = manifest["clips"], manifest["dropped"]
     seen = {(c["kind"], c["source_package"], c["source_path"]): c["id"] for c in clips}
+    skip = frozenset(c["id"] for c in clips) | {Path(d["file"]).stem for d in dropped}
     new_dropped: list[dict] = []
-    build_clips(Sources(src), read_captions(), clips, new_dropped, seen)
+    build_clips(Sources(src), read_captions(), clips, new_dropped, seen, skip)
     write_bank(clips, dropped + new_dropped, new_dropped)
 
 
