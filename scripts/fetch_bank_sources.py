@@ -67,10 +67,11 @@ def main(list_path: Path, out: Path) -> None:
         work = Path(tmp)
         for r in rows:
             tree = unpack(r["debian_package"], work)
-            (out / "copyright" / f"{r['debian_package']}.txt").write_text(copyright_text(tree, r["debian_package"]))
-            src = tree / r["path_in_package_or_container"]
+            pkg, path = r["debian_package"], r["path_in_package_or_container"]
+            (out / "copyright" / f"{pkg}.txt").write_text(copyright_text(tree, pkg))
+            src = tree / path
             if not src.exists():
-                raise SystemExit(f"{list_path}: {r['clip']}: {r['path_in_package_or_container']} is not in {r['debian_package']}")
+                raise SystemExit(f"{list_path}: {r['clip']}: {path} is not in {pkg}")
             x, sr = sf.read(str(src), dtype="float32", always_2d=True)
             orig_dur = x.shape[0] / sr
             x = x.mean(axis=1)[: int(MAX_S * sr)]
@@ -78,7 +79,8 @@ def main(list_path: Path, out: Path) -> None:
                 x = soxr.resample(x, sr, SR).astype(np.float32)
             name = f"{KIND_TAG[r['kind']]}__{r['type']}__{r['clip']}.ogg"
             sf.write(str(out / "clips" / name), x, SR, format="OGG", subtype="VORBIS")
-            mapping.append({**r, "author": (r.get("author") or "").strip(), "duration_s": round(orig_dur, 2), "orig_sr": sr})
+            mapping.append({**r, "author": (r.get("author") or "").strip(),
+                            "duration_s": round(orig_dur, 2), "orig_sr": sr})
     with open(out / "mapping.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS + ["author", "duration_s", "orig_sr"])
         w.writeheader()
