@@ -119,6 +119,8 @@ class Sources:
 
     def __init__(self, src: Path):
         self.src = src
+        if not (src / "mapping.csv").is_file() or not (src / "clips").is_dir():
+            raise SystemExit(f"{src}: not a sources folder (needs clips/ and mapping.csv)")
         with open(src / "mapping.csv", newline="") as fh:
             self.rows = list(csv.DictReader(fh))
         meta = src / "opensfx_meta.json"
