@@ -1,6 +1,8 @@
 """Build the embedded sound bank (casu_dataset/sounds/bank/) from shared/soundbank-sources.
 
 Run once by a maintainer (`python scripts/build_bank.py [SOURCES]`); its output is committed.
+`python scripts/build_bank.py --add SOURCES` appends another sources folder (made by
+scripts/fetch_bank_sources.py) to the committed bank without touching its existing clips.
 Per clip: mono, events trimmed of leading/trailing silence and capped in length, unusable
 clips dropped with a reason, the curated caption and keywords from bank_captions.txt, and
 author/license from the source package's Debian copyright file.
@@ -20,7 +22,7 @@ import numpy as np
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "casu_dataset" / "bank"
+OUT = ROOT / "casu_dataset" / "sounds" / "bank"
 MAX_EVENT_S = 12.0  # an "event" longer than this is a bed; keep its start
 MAX_BED_S = 60.0  # beds are cut at a seeded offset anyway; 60 s keeps the repo small
 MIN_S = 0.2
@@ -102,99 +104,158 @@ def trim_silence(x: np.ndarray, sr: int) -> np.ndarray:
     return x[a:b]
 
 
+def find_row(rows: list[dict], kind: str, typ: str, name: str) -> dict | None:
+    """The mapping row of one clip file: by its `clip` column where the mapping has one (added
+    sources, whose names may differ from the file name in the package), else by that file name."""
+    for r in rows:
+        if r["kind"] != kind or r["type"].split(" ")[0] != typ:
+            continue
+        if (r["clip"] if "clip" in r else Path(r["path_in_package_or_container"]).stem) == name:
+            return r
+    return None
+
+
+class Sources:
+    """One sources folder (clips/, mapping.csv, copyright/, optional opensfx_meta.json)."""
+
+    def __init__(self, src: Path):
+        self.src = src
+        if not (src / "mapping.csv").is_file() or not (src / "clips").is_dir():
+            raise SystemExit(f"{src}: not a sources folder (needs clips/ and mapping.csv)")
+        with open(src / "mapping.csv", newline="") as fh:
+            self.rows = list(csv.DictReader(fh))
+        meta = src / "opensfx_meta.json"
+        self.opensfx = (
+            {int(m[0]): (m[1], m[2]) for m in json.loads(meta.read_text())} if meta.exists() else {}
+        )
+        self.copyright: dict[str, list[dict]] = {}
+
+    def stanzas(self, pkg: str) -> list[dict]:
+        if pkg not in self.copyright:
+            cf = self.src / "copyright" / f"{pkg}.txt"
+            self.copyright[pkg] = parse_copyright(cf) if cf.exists() else []
+            # A package's file already in the bank stays as committed (existing clips cite it).
+            if cf.exists() and not (OUT / "licenses" / f"{pkg}.txt").exists():
+                shutil.copy(cf, OUT / "licenses" / f"{pkg}.txt")
+        return self.copyright[pkg]
+
+
+def build_clip(f: Path, sources: Sources, captions: dict, seen: dict) -> tuple[dict | None, str | None]:
+    """(manifest entry, None) for a kept clip, whose audio is written to the bank, or (None, reason)."""
+    stem = f.stem
+    kind_tag, typ, name = stem.split("__", 2)
+    kind = {"ba": "background", "ev": "event"}[kind_tag]
+    row = find_row(sources.rows, kind, typ, name)
+    if row is None:
+        return None, "no row in mapping.csv"
+    if stem not in captions:
+        raise SystemExit(f"scripts/bank_captions.txt: no caption for {stem}")
+    x, sr = sf.read(str(f), dtype="float32", always_2d=True)
+    x = x.mean(axis=1)
+    if kind == "event":
+        x = trim_silence(x, sr)
+        if x.shape[0] > MAX_EVENT_S * sr:
+            x = x[: int(MAX_EVENT_S * sr)]
+            fade = int(0.05 * sr)
+            x[-fade:] *= np.linspace(1, 0, fade, dtype=np.float32)
+    elif x.shape[0] > MAX_BED_S * sr:
+        x = x[: int(MAX_BED_S * sr)]
+    dur = x.shape[0] / sr
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    reason = None
+    if dur < MIN_S:
+        reason = f"shorter than {MIN_S} s after trimming ({dur:.2f} s)"
+    elif peak < SILENT_PEAK:
+        reason = f"near-silent (peak {20 * np.log10(max(peak, 1e-9)):.1f} dBFS)"
+    elif np.mean(np.abs(x) >= CLIP_LEVEL) > CLIP_FRACTION:
+        reason = f"clipped ({100 * np.mean(np.abs(x) >= CLIP_LEVEL):.2f}% of samples at full scale)"
+    pkg = row["debian_package"]
+    # The same recording filed under two types is one clip for retrieval.
+    same = (kind, pkg, row["path_in_package_or_container"])
+    if reason is None and same in seen:
+        reason = f"same source recording as {seen[same]}"
+    if reason:
+        return None, reason
+    seen[same] = stem
+    stanza = match_stanza(sources.stanzas(pkg), row["path_in_package_or_container"])
+    license_ = row["license_summary"]
+    author = first_author(stanza.get("copyright", "")) or None
+    title = None
+    m = re.match(r"^(\d\d)_", name)
+    if (row.get("author") or "").strip():
+        # A per-file author documented outside the copyright file (an upstream README): the
+        # mapping row then carries that file's own license too.
+        author = row["author"].strip()
+    elif pkg == "openttd-opensfx" and m and int(m.group(1)) in sources.opensfx:
+        title, license_ = sources.opensfx[int(m.group(1))]
+    elif stanza.get("license"):
+        license_ = stanza["license"].splitlines()[0].strip() or license_
+    out_name = f"{stem}.ogg"
+    sf.write(str(OUT / "audio" / out_name), x, sr, format="OGG", subtype="VORBIS")
+    caption, keywords = captions[stem]
+    if not 3 <= len(keywords) <= 8:
+        raise SystemExit(f"scripts/bank_captions.txt: {stem}: {len(keywords)} keywords (need 3-8)")
+    return {
+        "id": stem,
+        "kind": kind,
+        "type": typ,
+        "caption": caption,
+        "keywords": keywords,
+        "file": f"audio/{out_name}",
+        "duration": round(dur, 3),
+        "sample_rate": sr,
+        "source_package": pkg,
+        "source_path": row["path_in_package_or_container"],
+        "source_title": title,
+        "author": author,
+        "license": license_,
+        "license_file": f"licenses/{pkg}.txt",
+    }, None
+
+
+def build_clips(
+    sources: Sources,
+    captions: dict,
+    clips: list,
+    dropped: list,
+    seen: dict,
+    skip: frozenset[str] = frozenset(),
+) -> None:
+    for f in sorted((sources.src / "clips").iterdir()):
+        if f.stem in skip:
+            continue
+        clip, reason = build_clip(f, sources, captions, seen)
+        if clip is None:
+            dropped.append({"file": f.name, "reason": reason})
+        else:
+            clips.append(clip)
+
+
 def main(src: Path) -> None:
-    captions = read_captions()
-    rows = list(csv.DictReader(open(src / "mapping.csv")))
-    opensfx = {int(m[0]): (m[1], m[2]) for m in json.loads((src / "opensfx_meta.json").read_text())}
-    copyright_cache: dict[str, list[dict]] = {}
+    """Rebuild the whole bank from one sources folder (re-encodes every clip)."""
     if OUT.exists():
         shutil.rmtree(OUT)
     (OUT / "audio").mkdir(parents=True)
     (OUT / "licenses").mkdir()
-    clips, dropped, seen = [], [], {}
-    for f in sorted((src / "clips").iterdir()):
-        stem = f.stem
-        kind_tag, typ, name = stem.split("__", 2)
-        kind = {"ba": "background", "ev": "event"}[kind_tag]
-        row = next(
-            (
-                r
-                for r in rows
-                if r["kind"] == kind
-                and r["type"].split(" ")[0] == typ
-                and Path(r["path_in_package_or_container"]).stem == name
-            ),
-            None,
-        )
-        if row is None:
-            dropped.append({"file": f.name, "reason": "no row in mapping.csv"})
-            continue
-        if stem not in captions:
-            raise SystemExit(f"scripts/bank_captions.txt: no caption for {stem}")
-        x, sr = sf.read(str(f), dtype="float32", always_2d=True)
-        x = x.mean(axis=1)
-        if kind == "event":
-            x = trim_silence(x, sr)
-            if x.shape[0] > MAX_EVENT_S * sr:
-                x = x[: int(MAX_EVENT_S * sr)]
-                fade = int(0.05 * sr)
-                x[-fade:] *= np.linspace(1, 0, fade, dtype=np.float32)
-        elif x.shape[0] > MAX_BED_S * sr:
-            x = x[: int(MAX_BED_S * sr)]
-        dur = x.shape[0] / sr
-        peak = float(np.max(np.abs(x))) if x.size else 0.0
-        reason = None
-        if dur < MIN_S:
-            reason = f"shorter than {MIN_S} s after trimming ({dur:.2f} s)"
-        elif peak < SILENT_PEAK:
-            reason = f"near-silent (peak {20 * np.log10(max(peak, 1e-9)):.1f} dBFS)"
-        elif np.mean(np.abs(x) >= CLIP_LEVEL) > CLIP_FRACTION:
-            reason = f"clipped ({100 * np.mean(np.abs(x) >= CLIP_LEVEL):.2f}% of samples at full scale)"
-        pkg = row["debian_package"]
-        # The same recording filed under two types is one clip for retrieval.
-        same = (kind, pkg, row["path_in_package_or_container"])
-        if reason is None and same in seen:
-            reason = f"same source recording as {seen[same]}"
-        if reason:
-            dropped.append({"file": f.name, "reason": reason})
-            continue
-        seen[same] = stem
-        if pkg not in copyright_cache:
-            cf = src / "copyright" / f"{pkg}.txt"
-            copyright_cache[pkg] = parse_copyright(cf) if cf.exists() else []
-            if cf.exists():
-                shutil.copy(cf, OUT / "licenses" / f"{pkg}.txt")
-        stanza = match_stanza(copyright_cache[pkg], row["path_in_package_or_container"])
-        license_ = row["license_summary"]
-        title = None
-        m = re.match(r"^(\d\d)_", name)
-        if pkg == "openttd-opensfx" and m and int(m.group(1)) in opensfx:
-            title, license_ = opensfx[int(m.group(1))]
-        elif stanza.get("license"):
-            license_ = stanza["license"].splitlines()[0].strip() or license_
-        out_name = f"{stem}.ogg"
-        sf.write(str(OUT / "audio" / out_name), x, sr, format="OGG", subtype="VORBIS")
-        caption, keywords = captions[stem]
-        if not 3 <= len(keywords) <= 8:
-            raise SystemExit(f"scripts/bank_captions.txt: {stem}: {len(keywords)} keywords (need 3-8)")
-        clips.append(
-            {
-                "id": stem,
-                "kind": kind,
-                "type": typ,
-                "caption": caption,
-                "keywords": keywords,
-                "file": f"audio/{out_name}",
-                "duration": round(dur, 3),
-                "sample_rate": sr,
-                "source_package": pkg,
-                "source_path": row["path_in_package_or_container"],
-                "source_title": title,
-                "author": first_author(stanza.get("copyright", "")) or None,
-                "license": license_,
-                "license_file": f"licenses/{pkg}.txt",
-            }
-        )
+    clips, dropped = [], []
+    build_clips(Sources(src), read_captions(), clips, dropped, {})
+    write_bank(clips, dropped, dropped)
+
+
+def add(src: Path) -> None:
+    """Append the clips of another sources folder to the committed bank. Existing clips, their
+    audio bytes and manifest entries are left as they are (a re-encode would change the bytes
+    that built datasets hash); clips already in the bank or already dropped are skipped."""
+    manifest = json.loads((OUT / "manifest.json").read_text())
+    clips, dropped = manifest["clips"], manifest["dropped"]
+    seen = {(c["kind"], c["source_package"], c["source_path"]): c["id"] for c in clips}
+    skip = frozenset(c["id"] for c in clips) | {Path(d["file"]).stem for d in dropped}
+    new_dropped: list[dict] = []
+    build_clips(Sources(src), read_captions(), clips, new_dropped, seen, skip)
+    write_bank(clips, dropped + new_dropped, new_dropped)
+
+
+def write_bank(clips: list[dict], dropped: list[dict], report: list[dict]) -> None:
     manifest = {
         "name": "casu-embedded-bank",
         "version": 1,
@@ -207,7 +268,7 @@ def main(src: Path) -> None:
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
     write_attribution(clips, dropped)
     print(f"bank: {len(clips)} clips kept, {len(dropped)} dropped -> {OUT}")
-    for d in dropped:
+    for d in report:
         print(f"  dropped {d['file']}: {d['reason']}")
 
 
@@ -235,4 +296,12 @@ def write_attribution(clips: list[dict], dropped: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "soundbank-sources")
+    args = sys.argv[1:]
+    if args[:1] == ["--add"]:
+        if len(args) != 2:
+            raise SystemExit(
+                "usage: build_bank.py --add SOURCES (a folder made by scripts/fetch_bank_sources.py)"
+            )
+        add(Path(args[1]))
+    else:
+        main(Path(args[0]) if args else ROOT.parent / "shared" / "soundbank-sources")
