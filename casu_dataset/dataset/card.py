@@ -22,9 +22,11 @@ from casu_dataset.dataset.reader import (
 )
 
 DEFAULT_NAME = "CASU-mini"
-# 2.2.0: the same questions, built with portable numerics under a realization lock; 2.1.0: 40 slot families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2
-# library, family columns); 1.x: CASU-mini v1 scenes.
-DATASET_VERSION = "2.2.0"  # 2.2: portable numerics (MiniLM float64, Whisper float32), one family timeline in samples, the realization lock
+# 2.3.0: cues repaired (parrots not monkeys, a wasp clip, a building site for a market that sounded
+# like the restaurant, fills that say what the clip holds) over a bank grown from Debian main;
+# 2.2.0: portable numerics under a realization lock; 2.1.0: 40 slot families rewritten as crossed
+# ones (92 crossed, 36 slot); 2.0.0: contrast families (v2 library, family columns); 1.x: v1 scenes.
+DATASET_VERSION = "2.3.0"
 _HERE = Path(__file__).parent
 
 
