@@ -285,7 +285,8 @@ def view(doc: dict) -> dict:
             "schema_version": doc.get("schema_version"),
             "date": doc.get("date"),
             "dataset": doc.get("dataset"),
-            # the dataset identity its build recorded (lock sha256 + question-config hashes; None without a record)
+            # the dataset identity its build recorded (lock sha256 + question-config hashes; None without
+            # a record)
             "dataset_identity": (doc.get("dataset") or {}).get("identity"),
             "conditions": cfg.get("conditions"),
             "status": doc.get("status"),

@@ -2,8 +2,9 @@
 
 `push`: one checkpoint's latest FULL run (never a --limit run) to a Hub results dataset, in
 lm-eval's tracker layout (`<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in
-lm-eval's schema, CASU's `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl` beside them), private unless --public, with a results card (README.md: table 1
-of the latest full run of every checkpoint under the output folder).
+lm-eval's schema, CASU's `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl` beside
+them), private unless --public, with a results card (README.md: table 1 of the latest full run of
+every checkpoint under the output folder).
 
 `push_after_run`: lm-eval's `--hf_hub_log_args push_results_to_hub=true`: the run just written,
 pushed as `push` does, checked up front by `check_auto_push`.
@@ -142,8 +143,8 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
             "",
             f"# CASU sample logs ({details_repo})",
             "",
-            "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in lm-eval's "
-            "schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
+            "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in "
+            "lm-eval's schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
             f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).",
             "",
         ]
@@ -170,9 +171,9 @@ def results_card(output_path: str | Path, repo: str) -> str:
             f"# CASU results ({repo})",
             "",
             "Results of the CASU harness (`python -m harness`), one folder per checkpoint "
-            "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's schema, "
-            "CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only full runs are "
-            "pushed (never `--limit` subsets).",
+            "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's "
+            "schema, CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only "
+            "full runs are pushed (never `--limit` subsets).",
             "",
             "## Table 1 (all layers, each checkpoint's latest full run)",
             "",
@@ -201,7 +202,8 @@ def push(
 ) -> dict:
     """Push a run (default: the checkpoint's latest full run) to `repo`: its sample logs too
     unless `samples` is false, and to `details_repo` instead when that is another repo; each repo
-    created private unless `private=False`, and gated (access requests, approved automatically) with `gated`."""
+    created private unless `private=False`, and gated (access requests, approved automatically) with
+    `gated`."""
     skipped: list = []
     _check_repo(repo, flag)
     split = bool(samples and details_repo and details_repo != repo)

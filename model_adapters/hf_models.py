@@ -35,7 +35,8 @@ def _torch_dtype(name: str, device: str):
 
 def _chat_template(path: str, tokenizer, revision: str | None = None) -> str | dict | None:
     """The checkpoint's chat template; a dict {name: template} when it has named ones
-    (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors keep them."""
+    (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors
+    keep them."""
     import json
 
     from transformers.utils import cached_file
@@ -68,9 +69,13 @@ class HFAudioLM(Adapter):
 
     # lm-eval HFLM / transformers keys this loader does not pass on: refused by name
     refused_args = {
-        "peft": "adapters are not loaded; merge the PEFT weights into a checkpoint and give it as pretrained=",
+        "peft": (
+            "adapters are not loaded; merge the PEFT weights into a checkpoint and give it as pretrained="
+        ),
         "delta": "delta weights are not applied; give the merged checkpoint as pretrained=",
-        "gptq": "GPTQ checkpoints load through their own quantization_config: give pretrained= of a GPTQ repo",
+        "gptq": (
+            "GPTQ checkpoints load through their own quantization_config: give pretrained= of a GPTQ repo"
+        ),
         "autogptq": "AutoGPTQ is not used; give pretrained= of a GPTQ repo (transformers reads its config)",
         "parallelize": "use device_map=auto to spread a model over GPUs",
         "max_memory_per_gpu": "not passed to from_pretrained; use device_map=auto",
@@ -145,8 +150,8 @@ class HFAudioLM(Adapter):
                 + (
                     "empty"
                     if not revision.strip()
-                    else f"pretrained={self.pretrained} is a local folder, which has no revisions; give the Hub repo id "
-                    "(its revision is taken from the Hub cache) or drop revision="
+                    else f"pretrained={self.pretrained} is a local folder, which has no revisions; give the "
+                    "Hub repo id (its revision is taken from the Hub cache) or drop revision="
                 )
             )
         if attn_implementation is not None and attn_implementation not in self.ATTN_IMPLEMENTATIONS:

@@ -137,8 +137,8 @@ def _generate(args) -> int:
         r = run_pipeline(backend, sid, args.place, types, speech, k=args.k, m=args.m, retries=args.retries)
         out.append({"id": sid, **r.to_dict()})
         print(
-            f"{sid}: script {'ok' if r.script else 'failed'}, kept {len(r.kept)}, rejected {len(r.rejected)}, "
-            f"failures {len(r.failures)}"
+            f"{sid}: script {'ok' if r.script else 'failed'}, kept {len(r.kept)}, rejected "
+            f"{len(r.rejected)}, failures {len(r.failures)}"
         )
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}; cache hits {backend.cache.hits}, misses {backend.cache.misses}")

@@ -30,7 +30,8 @@ from pathlib import Path
 from casu_dataset.core.errors import CasuError
 from casu_dataset.families.compile import FamilyScene, families_of
 
-READER_VIEWS = """You are an honest reader for a listening-comprehension benchmark. Read ONLY your packet file.
+READER_VIEWS = """You are an honest reader for a listening-comprehension benchmark. \
+Read ONLY your packet file.
 Do NOT open any other file (not the repository, not other packets, not keys.json).
 
 Each item says what a listener heard: only PART of an audio scene (only the speech, or only the
@@ -44,7 +45,8 @@ Write one JSON object per line, for every item, to answers_<packet name>.jsonl b
 {"id": "<item id>", "plausible": ["A", "C"], "pick": "A", "note": "<optional, <= 20 words>"}
 """
 
-READER_SCENE = """You are an honest reader for a listening-comprehension benchmark. Read ONLY your packet file.
+READER_SCENE = """You are an honest reader for a listening-comprehension benchmark. \
+Read ONLY your packet file.
 Do NOT open any other file (not the repository, not other packets, not keys.json).
 
 Each item describes everything a listener heard in a short audio scene (background, speech lines in
@@ -276,8 +278,9 @@ def score(folder: str | Path) -> dict:
                 )
             elif a.get("also") or a.get("odd"):
                 warnings.append(
-                    f"{where}: key picked but {'also ' + ','.join(a.get('also') or []) if a.get('also') else 'odd'}"
-                    f" ({a.get('note', '')})"
+                    f"{where}: key picked but "
+                    f"{'also ' + ','.join(a.get('also') or []) if a.get('also') else 'odd'} "
+                    f"({a.get('note', '')})"
                 )
             continue
         pl = sorted(set(a.get("plausible") or []))

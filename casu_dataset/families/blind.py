@@ -1,5 +1,6 @@
-"""Blind readers and the validity report over compiled questions (v2 families and v1 scenes alike): coverage counts, realisability with the sound
-bank, answer-letter balance, and two blind baselines that never hear the audio:
+"""Blind readers and the validity report over compiled questions (v2 families and v1 scenes alike):
+coverage counts, realisability with the sound bank, answer-letter balance, and two blind baselines
+that never hear the audio:
 
 1. embedding chooser: the option whose MiniLM embedding is closest to the question's;
 2. SmolLM2-135M scoring each option's log-likelihood as the answer to the question alone

@@ -186,7 +186,10 @@ def option_moves(old: list[str], new: list[str]) -> str | None:
     from difflib import SequenceMatcher
 
     if len(old) != len(new):
-        return f"edit.options: {len(new)} options for {len(old)} (the order and count are shared by the variants)"
+        return (
+            f"edit.options: {len(new)} options for {len(old)} "
+            "(the order and count are shared by the variants)"
+        )
 
     def sim(a: str, b: str) -> float:
         return SequenceMatcher(None, a.lower().strip(), b.lower().strip()).ratio()

@@ -223,7 +223,8 @@ class Retriever:
 
     @functools.cached_property
     def content_key(self) -> str:
-        """What the vectors are a function of (keys the index cache): the catalog and model, or their bytes."""
+        """What the vectors are a function of (keys the index cache): the catalog and model, or their
+        bytes."""
         if self._given is None:
             return f"catalog|{self.embedder.model_name}|{EMBED_VERSION}|{self.catalog.fingerprint()}"
         joint = self.joint

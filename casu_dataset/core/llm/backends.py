@@ -182,7 +182,10 @@ class OpenAIBackend:
                         self._count("rate_limited", pause)
                         time.sleep(pause)
                         continue
-                    last = f"HTTP 429 after waiting {waited:.0f} s of the {self.rate_limit_wait:g} s rate-limit budget"
+                    last = (
+                        f"HTTP 429 after waiting {waited:.0f} s of the {self.rate_limit_wait:g} s "
+                        "rate-limit budget"
+                    )
                     attempt = self.max_retries  # the budget is spent: give up now
             except openai.APIConnectionError as err:  # includes APITimeoutError
                 cause = err.__cause__ or err
