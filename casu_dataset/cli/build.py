@@ -127,7 +127,7 @@ def config(args) -> BuildConfig:
         embedding_model=args.embedding_model,
         duration=args.duration,
         check_speech=not args.no_check_speech,
-        catalogs=args.catalog or ["embedded"],
+        catalogs=tuple(args.catalog or ["embedded"]),
         num_shards=args.num_shards,
         shard_index=args.shard_index,
         num_proc=args.num_proc,

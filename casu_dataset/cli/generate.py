@@ -116,18 +116,16 @@ def _generate(args) -> int:
     args.place = args.place[0]
     from casu_dataset.agents.pipeline import run_pipeline
     from casu_dataset.core.cache_layout import llm_responses_file
+    from casu_dataset.core.llm.backends import LocalBackend, OpenAIBackend
     from casu_dataset.core.llm.cache import CachedBackend, ResponseCache
     from casu_dataset.sounds.catalog import Catalog
 
+    inner: LocalBackend | OpenAIBackend
     if args.backend == "local":
-        from casu_dataset.core.llm.backends import LocalBackend
-
-        backend = LocalBackend(args.llm_model or "smollm2")
+        inner = LocalBackend(args.llm_model or "smollm2")
     else:
-        from casu_dataset.core.llm.backends import OpenAIBackend
-
-        backend = OpenAIBackend(args.base_url, args.llm_model)
-    backend = CachedBackend(backend, ResponseCache(llm_responses_file(args.cache)))
+        inner = OpenAIBackend(args.base_url, args.llm_model)
+    backend = CachedBackend(inner, ResponseCache(llm_responses_file(args.cache)))
     cat = Catalog.embedded()
     types = {k: sorted({c.type for c in cat.clips if c.kind == k}) for k in ("background", "event")}
     out = []

@@ -137,7 +137,7 @@ def _ensure_timeout() -> None:
         client.timeout = lib.Timeout(t)
         return client
 
-    factory._casu_timeout = t
+    setattr(factory, "_casu_timeout", t)  # marks the factory as ours (read back with getattr above)
     _http.set_client_factory(factory)
 
 

@@ -17,7 +17,7 @@ import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -91,7 +91,11 @@ class Brief:
 
 
 def make_briefs(
-    n: int, seed: int = 0, places: list[str] | None = None, shape: str = "mixed", speech_type: str = "mixed"
+    n: int,
+    seed: int = 0,
+    places: list[str] | None = None,
+    shape: Literal["slot", "crossed", "mixed"] = "mixed",
+    speech_type: Literal["monologue", "conversation", "mixed"] = "mixed",
 ) -> list[Brief]:
     rng = random.Random(seed)
     pool = list(places or PLACES)
@@ -100,8 +104,10 @@ def make_briefs(
     out = []
     for i in range(n):
         place = pool[i % len(pool)]
-        sh = shape if shape != "mixed" else ("slot", "crossed")[i % 2]
-        sp = speech_type if speech_type != "mixed" else rng.choice(["monologue", "conversation"])
+        sh: Literal["slot", "crossed"] = shape if shape != "mixed" else ("slot", "crossed")[i % 2]
+        sp: Literal["monologue", "conversation"] = (
+            speech_type if speech_type != "mixed" else rng.choice(["monologue", "conversation"])
+        )
         out.append(
             Brief(
                 id=f"gen{seed}_{i:03d}_{sh}",
@@ -154,7 +160,7 @@ def family_from_draft(d: DraftFamily, brief: Brief, types: dict[str, list[str]])
                 f"fills.{name}.type: {f.type!r} is not a {fill_kind} sound type of the bank; "
                 f"use one of the listed {fill_kind} types"
             )
-    script = {
+    script: dict[str, Any] = {
         "place": d.place,
         "speech_type": d.speech_type,
         "speakers": [s.model_dump() for s in d.speakers],
@@ -189,7 +195,7 @@ def family_from_draft(d: DraftFamily, brief: Brief, types: dict[str, list[str]])
                 f"turns: {words} words{f' in version {v}' if v else ''}; "
                 f"keep the speech between {MIN_WORDS} and {MAX_WORDS} words"
             )
-    fam = {"id": brief.id, "shape": brief.shape, "slot": slot}
+    fam: dict[str, Any] = {"id": brief.id, "shape": brief.shape, "slot": slot}
     if d.versions is not None:
         fam["versions"] = list(d.versions)
     fam.update(script=script, types=layer_types, fills={k: f.model_dump() for k, f in d.fills.items()})
@@ -221,7 +227,7 @@ def compile_structure(fam: dict) -> list[FamilyScene]:
     return compile_family(parse_family(probe, "script agent"), "script agent")
 
 
-_SLOT_EXAMPLE = {
+_SLOT_EXAMPLE: dict[str, Any] = {
     "place": "primary school classroom",
     "speech_type": "monologue",
     "speakers": [{"id": "teacher", "role": "teacher", "gender": "female", "age": "adult"}],

@@ -26,6 +26,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.core.errors import CasuError
 from casu_dataset.families.compile import FamilyScene, families_of
@@ -112,12 +113,14 @@ def sound_lines(sc: FamilyScene) -> list[str]:
 
 def scene_lines(sc: FamilyScene) -> list[str]:
     """Background, then the turns in order with each event where its anchor puts it."""
-    before, during, after, other = {}, {}, {}, []
+    before: dict[int, list[str]] = {}
+    during: dict[int, list[str]] = {}
+    after: dict[int, list[str]] = {}
+    other: list[str] = []
     for e in sc.script.events:
         a = e.anchor
-        slot = {"after_turn": after, "during_turn": during}.get(a.type)
-        if slot is not None:
-            slot.setdefault(a.turn, []).append(e.description)
+        if a.type == "after_turn" or a.type == "during_turn":
+            (after if a.type == "after_turn" else during).setdefault(a.turn, []).append(e.description)
         elif a.type == "start":
             before.setdefault(0, []).append(e.description)
         else:
@@ -140,7 +143,9 @@ def family_items(variants: list[FamilyScene]) -> list[Item]:
     items: list[Item] = []
     for qi, q in enumerate(fam.questions):
         key = {sc.variant: sc.questions[qi].answer for sc in variants}
-        base = dict(family=fam.family_id, task=q.task, question=q.question, options=list(q.options))
+        base: dict[str, Any] = dict(
+            family=fam.family_id, task=q.task, question=q.question, options=list(q.options)
+        )
         groups: dict[str, list[FamilyScene]] = {}
         for sc in variants:
             groups.setdefault(sc.speech_group, []).append(sc)

@@ -108,7 +108,8 @@ def check_folder(folder: str | Path) -> dict:
         "events",
         "annotation",
     ]
-    rows, profiles = [], defaultdict(dict)
+    rows: list[dict] = []
+    profiles: defaultdict[str, dict] = defaultdict(dict)
     for f in sorted((folder / "scenes").glob("*.parquet")):
         pf = pq.ParquetFile(str(f))
         for g in range(pf.num_row_groups):

@@ -22,6 +22,7 @@ import os
 import random
 import threading
 import time
+from typing import Any
 
 from casu_dataset.core.errors import CasuError
 
@@ -141,7 +142,7 @@ class OpenAIBackend:
     ) -> str:
         import openai
 
-        payload = {
+        payload: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "max_tokens": max_tokens,
