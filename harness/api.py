@@ -269,7 +269,7 @@ def simple_evaluate(
     tasks="all",
     dataset: str = "casu_mini",
     conditions="full",
-    limit: int | None = None,
+    limit: int | float | None = None,
     output_path: str | Path | None = None,
     log_samples: bool = False,
     include_path: list | None = None,

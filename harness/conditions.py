@@ -139,4 +139,5 @@ def render(condition: Condition, stems: dict[str, np.ndarray], annotation, seed:
             else:
                 x = matched_noise(x, ann.active_spans(layer), sr, noise_rng(seed, ann.scene_id, layer))
         total = x.astype(np.float32) if total is None else total + x
+    assert total is not None  # LAYERS is not empty
     return total

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import os
+from typing import Any
 
 import numpy as np
 
@@ -193,8 +194,10 @@ class HFAudioLM(Adapter):
             self.quantization = {key: True, **{k: v for k, v in bnb4.items() if v is not None}}
         if system_prompt is not None:
             self.system_prompt = system_prompt or None
-        self._model = None
-        self._processor = None
+        # loaded on first use; their transformers classes are named by the subclass (model_class,
+        # processor_class), so their static type is open
+        self._model: Any = None
+        self._processor: Any = None
 
     @classmethod
     def from_loaded(cls, model, processor, **model_args) -> "HFAudioLM":
@@ -362,7 +365,11 @@ class HFAudioLM(Adapter):
         )
 
     def encode(self, texts: list[str], audios: list[np.ndarray | None]):
-        kw = {"text": texts, "return_tensors": "pt", "text_kwargs": {"padding": True, "padding_side": "left"}}
+        kw: dict[str, Any] = {
+            "text": texts,
+            "return_tensors": "pt",
+            "text_kwargs": {"padding": True, "padding_side": "left"},
+        }
         present = [a for a in audios if a is not None]
         if present:
             if len(present) != len(audios):
@@ -412,7 +419,7 @@ class HFAudioLM(Adapter):
     def _generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         batch = self.inputs(requests)
         tok = self._tokenizer
-        gen = dict(
+        gen: dict[str, Any] = dict(
             max_new_tokens=settings.max_new_tokens, do_sample=settings.do_sample, num_beams=settings.num_beams
         )
         if settings.do_sample:
@@ -483,7 +490,7 @@ class _OmniThinker(HFAudioLM):
     full_class = ""
     processor_class = ""
     positions_from_mask = False  # M-RoPE positions come from the model's own get_rope_index
-    system_prompt = (
+    system_prompt: str | None = (
         "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
         "perceiving auditory and visual inputs, as well as generating text and speech."
     )
