@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from casu_dataset.core.content_key import content_key
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 if TYPE_CHECKING:
     from casu_dataset.core.llm.backends import OpenAIBackend
-    from casu_dataset.speech.intelligibility import WhisperChecker
+
+
+class _Transcriber(Protocol):
+    """contract.whisper_checker's result (the harness imports only the contract, not the speech stage)."""
+
+    def transcribe(self, audio) -> str: ...
+
 
 CAPTION_PROMPT = (
     "Describe the sounds in this audio: the background environment and every distinct sound event, "
@@ -127,7 +133,7 @@ class Cascade(Adapter):
         self.device = device
         if str(device) == "cpu":
             set_cpu_threads(threads)
-        self._asr: WhisperChecker | None = None
+        self._asr: _Transcriber | None = None
         self._captioner: Adapter | None = None
         self._api: OpenAIBackend | None
         self._texts: dict[str, tuple] = {}
