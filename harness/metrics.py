@@ -12,7 +12,7 @@ import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from casu_dataset.contract import (
     sentence_embedder,
     word_error_rate,
 )
+
+if TYPE_CHECKING:  # evaluate imports this module
+    from harness.evaluate import EvalOptions
 
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
@@ -214,6 +217,14 @@ def split_clauses(text: str) -> list[str]:
     return [s.strip() for s in _SENT.split(text) if len(s.strip()) > 2]
 
 
+class EventMatcher(Protocol):
+    """What scores a description's coverage of a scene's events (EmbeddingEventMatcher, JudgeEventMatcher)."""
+
+    def describe(self) -> dict: ...
+
+    def share(self, description: str, events: list[str]) -> float | None: ...
+
+
 class EmbeddingEventMatcher:
     """Event Match without an LLM judge: an event counts as mentioned when some sentence of
     the description has cosine similarity >= threshold with the event's script description
@@ -302,7 +313,7 @@ class Scored:
 
     records: list[dict]  # every record, all rotations (--circular), failed requests included
     ok: list[dict]  # the records scored: rotation 0, no error
-    opts: object  # the run's EvalOptions (seed, circular, bert_model, event_matcher)
+    opts: EvalOptions  # the run's options (seed, circular, bert_model, event_matcher)
 
     @property
     def family(self) -> list[dict]:

@@ -22,9 +22,12 @@ from casu_dataset.dataset.reader import (
 )
 
 DEFAULT_NAME = "CASU-mini"
-# 2.2.0: the same questions, built with portable numerics under a realization lock; 2.1.0: 40 slot families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2
-# library, family columns); 1.x: CASU-mini v1 scenes.
-DATASET_VERSION = "2.2.0"  # 2.2: portable numerics (MiniLM float64, Whisper float32), one family timeline in samples, the realization lock
+# 2.2.0: the same questions, built with portable numerics under a realization lock; 2.1.0: 40 slot
+# families rewritten as crossed ones (92 crossed, 36 slot); 2.0.0: contrast families (v2 library,
+# family columns); 1.x: CASU-mini v1 scenes.
+# 2.2: portable numerics (MiniLM float64, Whisper float32), one family timeline in samples, the
+# realization lock.
+DATASET_VERSION = "2.2.0"
 _HERE = Path(__file__).parent
 
 
@@ -168,8 +171,8 @@ def eval_yaml(rows: dict, settings: dict) -> str:
     values = "; ".join(f"{', '.join(names)}: {label}" for label, names in by_metric.items())
     doc = {
         "name": name,
-        "description": f"{name}: context-aware auditory scene understanding; multiple-choice questions on audio "
-        f"scenes and open scene description. Value reported per task (0-100, full audio): {values}. "
+        "description": f"{name}: context-aware auditory scene understanding; multiple-choice questions on "
+        f"audio scenes and open scene description. Value reported per task (0-100, full audio): {values}. "
         "Scored by the CASU harness (python -m harness).",
         "evaluation_framework": EVAL_FRAMEWORK,
         "tasks": [{"id": t.name, "config": t.dataset_config, "split": "test"} for t in listed],
@@ -215,12 +218,12 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
     review = (
         "Not reviewed yet (`python -m casu_dataset review --dataset PATH`)."
         if rv is None
-        else f"Human review: {rv['reviewed']} items reviewed, {rv['accepted']} accepted, {rv['edited']} edited, "
-        f"{rv['rejected']} rejected ({rv['applied']['questions_rejected']} questions and "
+        else f"Human review: {rv['reviewed']} items reviewed, {rv['accepted']} accepted, {rv['edited']} "
+        f"edited, {rv['rejected']} rejected ({rv['applied']['questions_rejected']} questions and "
         f"{rv['applied']['scenes_rejected']} scenes left out, {rv['applied']['questions_edited']} questions "
         f"edited{_family_review_text(rv['applied'])}); {rv['conflicts']} items with conflicting reviewers "
-        f"(newest decision kept); {len(rv.get('refused', []))} decisions refused (they would break a family); "
-        f"{rv['bad_lines']} unreadable lines in the decisions file"
+        f"(newest decision kept); {len(rv.get('refused', []))} decisions refused (they would break a "
+        f"family); {rv['bad_lines']} unreadable lines in the decisions file"
         + (
             f"; {len(rv['unknown'])} decisions on items not in this build (not counted)"
             if rv.get("unknown")
@@ -232,7 +235,8 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
     lic_text = (
         f"All sound clips are under {lic['license']}."
         if lic["license"] != "other"
-        else f"The sound clips keep their own licenses ({len(set(str(c.get('license')) for c in clips.values()))} "
+        else "The sound clips keep their own licenses "
+        f"({len(set(str(c.get('license')) for c in clips.values()))} "
         "different ones); [ATTRIBUTION.md](ATTRIBUTION.md) lists each clip's source, author and license."
     )
     return _render(
@@ -321,8 +325,8 @@ def realization_text(report) -> str:
     return (
         who + f"Built from the {head}: every decision is the reference build's (no retrieval or Whisper "
         f"run). {r['reproduced']} of {r['scenes']} scenes reproduced the reference bytes; {r['drifted']} "
-        f"drifted (largest stem loudness difference {r['max_stem_lufs_diff']:.4f} LU; TTS output conformed by "
-        f"at most {r['max_turn_samples_conformed']} samples). " + SAME_DATA
+        f"drifted (largest stem loudness difference {r['max_stem_lufs_diff']:.4f} LU; TTS output conformed "
+        f"by at most {r['max_turn_samples_conformed']} samples). " + SAME_DATA
     )
 
 
