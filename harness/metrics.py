@@ -189,7 +189,12 @@ def default_bert_model() -> str:
 def _bert_scorer(model: str, num_layers: int):
     from bert_score import BERTScorer
 
-    return BERTScorer(model_type=model, num_layers=num_layers, lang="en", rescale_with_baseline=False)
+    scorer = BERTScorer(model_type=model, num_layers=num_layers, lang="en", rescale_with_baseline=False)
+    # float64: in float32 the same descriptions scored differently in the 7th digit from one process
+    # to the next (MKL/oneDNN kernels depend on buffer alignment and CPU); float64 + rounding gives
+    # the same bytes every run and on every ISA setting (tests/isa_probe.py).
+    scorer._model.double()
+    return scorer
 
 
 BERT_LAYERS = 6  # all-MiniLM-L6-v2's last layer
@@ -206,7 +211,7 @@ def bertscore_f1(
         scorer = _bert_scorer(model or default_bert_model(), num_layers)
         _, _, f1 = scorer.score([hyps[i] for i in idx], [refs[i] for i in idx], batch_size=16)
         for i, v in zip(idx, f1):
-            out[i] = float(v)
+            out[i] = round(float(v), 9)
     return out
 
 
