@@ -3,7 +3,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-isa bench clean
+.PHONY: setup demo lint test test-isa bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,12 @@ demo: setup
 	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --dataset casu_mini --output_path demo_out/results --log_samples
 	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples
 	$(PY) -m harness table demo_out/results
+
+# The linter (ruff: pyproject.toml [tool.ruff]) and the type checker (mypy: [tool.mypy]); either
+# failing fails CI (.ci/run runs this before the tests).
+lint: setup
+	$(PY) -m ruff check casu_dataset harness model_adapters tests benchmarks scripts setup.py
+	$(PY) -m mypy casu_dataset harness model_adapters
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.
 test: setup

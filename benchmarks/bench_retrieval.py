@@ -96,7 +96,7 @@ def run(n_queries: int = 1000, n_cand: int = 100_000, loop_queries: int = 3) -> 
     res["python_loop_est_s_1000q"] = per_q * n_queries
     res["ratio_vectorised_vs_loop"] = per_q * n_queries / res["synthetic_search_nomask_s"]
     res["loop_agrees_with_vectorised_top1"] = all(
-        l[0] == int(i[0]) for l, i in zip(loop, idx_nomask[:loop_queries])
+        lp[0] == int(i[0]) for lp, i in zip(loop, idx_nomask[:loop_queries])
     )
     return res
 

@@ -124,7 +124,8 @@ for _spec in (
         "Contextual",
         "multiple_choice",
         "contextual_reasoning",
-        "why something is said or done, answerable only by combining the speech with an event or the background",
+        "why something is said or done, answerable only by combining the speech with an event or the "
+        "background",
     ),
     TaskSpec(
         "entity_extraction",
@@ -189,12 +190,12 @@ FAMILY_FIELDS = (
 
 LAYERS = ("speech", "events", "background")
 LAYER_CODES = {"speech": "P", "events": "E", "background": "B"}
-FULL_CONDITION = "".join(LAYER_CODES[l] for l in LAYERS)  # "PEB": every layer kept
+FULL_CONDITION = "".join(LAYER_CODES[layer] for layer in LAYERS)  # "PEB": every layer kept
 
 
 def condition_name(keep) -> str:
     """'PEB' (all layers), 'P__' (speech only), '___' (all noise)."""
-    return "".join(LAYER_CODES[l] if l in keep else "_" for l in LAYERS)
+    return "".join(LAYER_CODES[layer] if layer in keep else "_" for layer in LAYERS)
 
 
 # ---------------------------------------------------------------- scene annotation

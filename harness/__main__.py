@@ -313,16 +313,15 @@ def cmd_run(argv: list[str]) -> int:
             "\n"
             + "!" * 78
             + f"\nWARNING: --limit {args.limit}: a SUBSET of each task was evaluated. These numbers are "
-            "for quick checks,\nnot for reporting (n and 95% CIs are in the table; `push` refuses this run).\n"
-            + "!"
-            * 78,
+            "for quick checks,\nnot for reporting (n and 95% CIs are in the table; `push` refuses this "
+            "run).\n" + "!" * 78,
             file=sys.stderr,
         )
     print(res.table())
     t = doc["timing"]
     print(
-        f"\nresults: {res.path}  ({t['units']} requests, {t['cache_hits']} from cache, model {t['model_s']:.1f} s, "
-        f"harness overhead {t['overhead_ms_per_unit']:.2f} ms/request)"
+        f"\nresults: {res.path}  ({t['units']} requests, {t['cache_hits']} from cache, model "
+        f"{t['model_s']:.1f} s, harness overhead {t['overhead_ms_per_unit']:.2f} ms/request)"
     )
     n = doc["evaluated"]
     rows = sum(c["rows"] for c in n["per_task"].values())
@@ -334,8 +333,9 @@ def cmd_run(argv: list[str]) -> int:
     if res.pushed and res.pushed["pushed"]:
         p = res.pushed
         print(
-            f"pushed to {'private' if p['private'] else 'public'} datasets/{p['repo']}: {len(p['operations'])} "
-            f"files" + (f"; sample logs to datasets/{p['details_repo']}" if p["details_repo"] else "")
+            f"pushed to {'private' if p['private'] else 'public'} datasets/{p['repo']}: "
+            f"{len(p['operations'])} files"
+            + (f"; sample logs to datasets/{p['details_repo']}" if p["details_repo"] else "")
         )
     if doc["errors"]:
         from casu_dataset.core.redact import redact

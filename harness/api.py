@@ -218,7 +218,8 @@ def run_config(
     chat_template=None,
 ) -> dict:
     """The `config` block of the results document; `task_configs` is each task's full resolved YAML;
-    `chat_template` is the adapter's effective --apply_chat_template setting (Adapter.chat_template_setting)."""
+    `chat_template` is the adapter's effective --apply_chat_template setting
+    (Adapter.chat_template_setting)."""
     return {
         "tasks": [t.task for t in tasks],
         "task_versions": {t.task: t.version for t in tasks},
@@ -268,7 +269,7 @@ def simple_evaluate(
     tasks="all",
     dataset: str = "casu_mini",
     conditions="full",
-    limit: int | None = None,
+    limit: int | float | None = None,
     output_path: str | Path | None = None,
     log_samples: bool = False,
     include_path: list | None = None,
@@ -459,7 +460,8 @@ def simple_evaluate(
         for t, recs in ev["samples"].items():
             if recs:
                 print(
-                    f"--- {t}: first prompt ({recs[0]['id']}, {recs[0]['condition']}) ---\n{recs[0]['prompt']}"
+                    f"--- {t}: first prompt ({recs[0]['id']}, {recs[0]['condition']}) "
+                    f"---\n{recs[0]['prompt']}"
                 )
     dist = distributed_state()
     info = {

@@ -41,11 +41,11 @@ class Condition:
         return len(self.keep) == 3
 
     def label(self) -> str:
-        return ", ".join(("✓" if l in self.keep else "×") for l in LAYERS)
+        return ", ".join(("✓" if layer in self.keep else "×") for layer in LAYERS)
 
 
 ALL = [
-    Condition(frozenset(l for l, bit in zip(LAYERS, bits) if bit == "1"))
+    Condition(frozenset(layer for layer, bit in zip(LAYERS, bits) if bit == "1"))
     for bits in ("000", "001", "010", "011", "100", "101", "110", "111")
 ]  # the paper's row order
 FULL = ALL[-1]
@@ -139,4 +139,5 @@ def render(condition: Condition, stems: dict[str, np.ndarray], annotation, seed:
             else:
                 x = matched_noise(x, ann.active_spans(layer), sr, noise_rng(seed, ann.scene_id, layer))
         total = x.astype(np.float32) if total is None else total + x
+    assert total is not None  # LAYERS is not empty
     return total

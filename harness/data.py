@@ -95,8 +95,8 @@ class CasuData:
                 continue
             self._warned.add((t.dataset_config, t.split))
             print(
-                f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no rows: "
-                f"task {t.task!r} scores nothing (reported with n = 0)",
+                f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no "
+                f"rows: task {t.task!r} scores nothing (reported with n = 0)",
                 file=sys.stderr,
             )
 

@@ -37,7 +37,7 @@ class EvalOptions:
     probe: bool = True
     probe_n: int = 3
     judge: object = None  # parsing.LLMJudge or None
-    event_matcher: object = None  # metrics.*EventMatcher
+    event_matcher: M.EventMatcher | None = None
     bert_model: str | None = None
     progress: bool = True
     system_instruction: str | None = None  # --system_instruction: every request's system turn
@@ -54,9 +54,10 @@ def audio_probe(
         return {"status": "skipped", "reason": f"{adapter.name} does not take audio"}
     samples = data.samples(task.dataset_config, task.split)
     picked = samples[: opts.probe_n]
-    others = [next((o for o in samples if o.scene_id != s.scene_id), None) for s in picked]
-    if not picked or any(o is None for o in others):
+    found = [next((o for o in samples if o.scene_id != s.scene_id), None) for s in picked]
+    if not picked or any(o is None for o in found):
         return {"status": "skipped", "reason": "needs questions from two different scenes"}
+    others = [o for o in found if o is not None]  # every one (checked above)
     units = make_units(
         task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key, opts.system_instruction
     )
@@ -196,15 +197,15 @@ def evaluate(
             "samples": len(samples),
             "requests": len(units),
         }
-    for name, c in counts.items():
+    for name, cnt in counts.items():
         log.info(
             "%s: %d of %d rows (%s/%s), %d requests",
             name,
-            c["samples"],
-            c["rows"],
-            c["config"],
-            c["split"],
-            c["requests"],
+            cnt["samples"],
+            cnt["rows"],
+            cnt["config"],
+            cnt["split"],
+            cnt["requests"],
         )
     log.info(
         "dataset fingerprint %s; audio probe %s; %d requests, batch size %d",
@@ -220,7 +221,9 @@ def evaluate(
     log.info(
         "inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits
     )
-    results, samples_out, errors = {}, {}, []
+    results: dict[str, dict] = {}
+    samples_out: dict[str, list[dict]] = {}
+    errors: list[dict] = []
     for t in tasks:
         results[t.task] = {}
         samples_out[t.task] = []

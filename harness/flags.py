@@ -188,7 +188,8 @@ def parse_system_instruction(text) -> str | None:
 
 
 def parse_chat_template(value) -> bool | str | None:
-    """lm-eval's --apply_chat_template [NAME]: None/False (not given), True (the default template) or a name."""
+    """lm-eval's --apply_chat_template [NAME]: None/False (not given), True (the default template) or a
+    name."""
     if value is None or isinstance(value, bool):
         return value or None
     if isinstance(value, str) and value.strip():

@@ -44,7 +44,7 @@ def _stderr(m: dict):
 
 
 def task_results(task: str, conds: dict) -> dict:
-    first = conds.get(FULL_CONDITION) or next(iter(conds.values()), {})
+    first: dict = conds.get(FULL_CONDITION) or next(iter(conds.values()), {})
     out: dict = {"name": task, "alias": task, "sample_len": first.get("n", 0)}
     for cond, m in conds.items():
         filt = filter_name(cond)
@@ -123,7 +123,9 @@ def sample_lines(task: str, records: list[dict], generation: dict | None = None)
         mcq = bool(r0.get("options"))  # scene description requests have no options (also when they failed)
         doc = _doc(r0)
         target = r0.get("answer") if mcq else (r0.get("reference") or "")  # a failed request has no reference
-        args, resps, filtered = {}, [], []
+        args: dict[str, dict] = {}
+        resps: list[list] = []  # per request: lm-eval's list of responses
+        filtered: list = []
         for r in rs:
             if r.get("mode") == "loglikelihood":
                 base = len(args)
@@ -285,7 +287,8 @@ def view(doc: dict) -> dict:
             "schema_version": doc.get("schema_version"),
             "date": doc.get("date"),
             "dataset": doc.get("dataset"),
-            # the dataset identity its build recorded (lock sha256 + question-config hashes; None without a record)
+            # the dataset identity its build recorded (lock sha256 + question-config hashes; None without
+            # a record)
             "dataset_identity": (doc.get("dataset") or {}).get("identity"),
             "conditions": cfg.get("conditions"),
             "status": doc.get("status"),

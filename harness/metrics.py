@@ -12,7 +12,7 @@ import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from casu_dataset.contract import (
     sentence_embedder,
     word_error_rate,
 )
+
+if TYPE_CHECKING:  # evaluate imports this module
+    from harness.evaluate import EvalOptions
 
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
@@ -186,7 +189,12 @@ def default_bert_model() -> str:
 def _bert_scorer(model: str, num_layers: int):
     from bert_score import BERTScorer
 
-    return BERTScorer(model_type=model, num_layers=num_layers, lang="en", rescale_with_baseline=False)
+    scorer = BERTScorer(model_type=model, num_layers=num_layers, lang="en", rescale_with_baseline=False)
+    # float64: in float32 the same descriptions scored differently in the 7th digit from one process
+    # to the next (MKL/oneDNN kernels depend on buffer alignment and CPU); float64 + rounding gives
+    # the same bytes every run and on every ISA setting (tests/isa_probe.py).
+    scorer._model.double()
+    return scorer
 
 
 BERT_LAYERS = 6  # all-MiniLM-L6-v2's last layer
@@ -203,7 +211,7 @@ def bertscore_f1(
         scorer = _bert_scorer(model or default_bert_model(), num_layers)
         _, _, f1 = scorer.score([hyps[i] for i in idx], [refs[i] for i in idx], batch_size=16)
         for i, v in zip(idx, f1):
-            out[i] = float(v)
+            out[i] = round(float(v), 9)
     return out
 
 
@@ -212,6 +220,14 @@ _SENT = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 def split_clauses(text: str) -> list[str]:
     return [s.strip() for s in _SENT.split(text) if len(s.strip()) > 2]
+
+
+class EventMatcher(Protocol):
+    """What scores a description's coverage of a scene's events (EmbeddingEventMatcher, JudgeEventMatcher)."""
+
+    def describe(self) -> dict: ...
+
+    def share(self, description: str, events: list[str]) -> float | None: ...
 
 
 class EmbeddingEventMatcher:
@@ -302,7 +318,7 @@ class Scored:
 
     records: list[dict]  # every record, all rotations (--circular), failed requests included
     ok: list[dict]  # the records scored: rotation 0, no error
-    opts: object  # the run's EvalOptions (seed, circular, bert_model, event_matcher)
+    opts: EvalOptions  # the run's options (seed, circular, bert_model, event_matcher)
 
     @property
     def family(self) -> list[dict]:

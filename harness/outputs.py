@@ -95,6 +95,7 @@ def complete_runs(
         if why:
             skipped.append((f, why))
         else:
+            assert doc is not None  # check_run gives the document whenever it gives no why
             runs.append((f, doc, logs))
     return runs, skipped
 
@@ -116,12 +117,12 @@ def set_aside_orphans(model_dir: Path) -> list[Path]:
         return []
     host = socket.gethostname()
     live = set()
-    for m in model_dir.glob(f"{WRITER_MARK}*"):
-        stamp, h, pid = m.name[len(WRITER_MARK) :].rsplit("-", 2)
+    for mark in model_dir.glob(f"{WRITER_MARK}*"):
+        stamp, h, pid = mark.name[len(WRITER_MARK) :].rsplit("-", 2)
         if h == host and pid.isdigit() and atomic.pid_alive(int(pid)):
             live.add(stamp)
         elif h == host:
-            m.unlink(missing_ok=True)  # its writer is gone
+            mark.unlink(missing_ok=True)  # its writer is gone
     done = {
         f.name[len("casu_results_") : -len(".json")]
         for f in model_dir.glob("casu_results_*.json")

@@ -82,7 +82,8 @@ def parse_choice(text: str, options: list[str], judge=None, question: str = "") 
 
 
 class LLMJudge:
-    """Ask a chat backend (casu_dataset.core.llm.backends) which option a reply chose; 'none' stays unparsed."""
+    """Ask a chat backend (casu_dataset.core.llm.backends) which option a reply chose; 'none' stays
+    unparsed."""
 
     PROMPT = (
         "A model answered a multiple-choice question. Which option did it choose? Reply with the option's "

@@ -2,8 +2,9 @@
 
 `push`: one checkpoint's latest FULL run (never a --limit run) to a Hub results dataset, in
 lm-eval's tracker layout (`<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in
-lm-eval's schema, CASU's `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl` beside them), private unless --public, with a results card (README.md: table 1
-of the latest full run of every checkpoint under the output folder).
+lm-eval's schema, CASU's `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl` beside
+them), private unless --public, with a results card (README.md: table 1 of the latest full run of
+every checkpoint under the output folder).
 
 `push_after_run`: lm-eval's `--hf_hub_log_args push_results_to_hub=true`: the run just written,
 pushed as `push` does, checked up front by `check_auto_push`.
@@ -88,9 +89,9 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
     return full[0]
 
 
-def _check_repo(repo: str, flag: str = "--repo") -> None:
+def _check_repo(repo: str | None, flag: str = "--repo") -> str:
     try:
-        hub.check_repo_id(repo, flag)
+        return hub.check_repo_id(repo, flag)
     except hub.HubError as err:
         raise PushError(str(err)) from None
 
@@ -142,8 +143,8 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
             "",
             f"# CASU sample logs ({details_repo})",
             "",
-            "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in lm-eval's "
-            "schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
+            "Every sample's prompt, output and score (`<checkpoint>/samples_<task>_<date>.jsonl` in "
+            "lm-eval's schema, `casu_samples_<task>_<date>.jsonl` CASU's records) of the "
             f"runs whose results are in [{repo}](https://huggingface.co/datasets/{repo}).",
             "",
         ]
@@ -170,9 +171,9 @@ def results_card(output_path: str | Path, repo: str) -> str:
             f"# CASU results ({repo})",
             "",
             "Results of the CASU harness (`python -m harness`), one folder per checkpoint "
-            "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's schema, "
-            "CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only full runs are "
-            "pushed (never `--limit` subsets).",
+            "(`<adapter>__<checkpoint>/results_<date>.json` and `samples_<task>_<date>.jsonl` in lm-eval's "
+            "schema, CASU's own `casu_results_<date>.json` and `casu_samples_<task>_<date>.jsonl`). Only "
+            "full runs are pushed (never `--limit` subsets).",
             "",
             "## Table 1 (all layers, each checkpoint's latest full run)",
             "",
@@ -201,27 +202,30 @@ def push(
 ) -> dict:
     """Push a run (default: the checkpoint's latest full run) to `repo`: its sample logs too
     unless `samples` is false, and to `details_repo` instead when that is another repo; each repo
-    created private unless `private=False`, and gated (access requests, approved automatically) with `gated`."""
+    created private unless `private=False`, and gated (access requests, approved automatically) with
+    `gated`."""
     skipped: list = []
     _check_repo(repo, flag)
-    split = bool(samples and details_repo and details_repo != repo)
-    if split:
-        _check_repo(details_repo, "--hf_hub_log_args details_repo_name")
+    # the repo the sample logs go to when it is not `repo` (None: they go with the results)
+    split_repo = details_repo if samples and details_repo and details_repo != repo else None
+    split = split_repo is not None
+    if split_repo is not None:
+        _check_repo(split_repo, "--hf_hub_log_args details_repo_name")
     if gated:
         _check_can_gate()
     run = run or select_run(output_path, checkpoint, skipped)
     f, doc, _ = run
     ops = plan_push(output_path, repo, samples=samples and not split, run=run)
-    details = plan_details(run, details_repo, repo) if split else []
+    details = plan_details(run, split_repo, repo) if split_repo is not None else []
     url = f"https://huggingface.co/datasets/{repo}"
     entries = eval_results_entries(doc, dataset_id, url) if dataset_id else []
     if not dry_run:
         message = f"CASU results: {f.parent.name} {doc['date']}"
         try:
             hub.commit(repo, ops, message, api=api, token=token, private=private, gated=gated, flag=flag)
-            if details:
+            if split_repo is not None and details:
                 hub.commit(
-                    details_repo,
+                    split_repo,
                     details,
                     f"CASU sample logs: {f.parent.name} {doc['date']}",
                     api=api,
@@ -240,7 +244,7 @@ def push(
         "run": str(f),
         "private": private,
         "gated": gated,
-        "details_repo": details_repo if split else None,
+        "details_repo": split_repo,
         "details_operations": [o.path_in_repo for o in details],
         "eval_results_yaml": yaml.safe_dump(entries, sort_keys=False) if entries else "",
         "skipped": [(str(p), why) for p, why in skipped],
@@ -283,8 +287,9 @@ def check_auto_push(log_args: dict, *, limit, output_path, log_samples: bool) ->
         raise PushError(
             "--hf_hub_log_args push_samples_to_hub=true: needs --log_samples (the sample logs it sends)"
         )
-    if log_args.get("push_samples_to_hub") and details_repo(log_args):
-        _check_repo(details_repo(log_args), "--hf_hub_log_args details_repo_name")
+    own_details = details_repo(log_args)
+    if log_args.get("push_samples_to_hub") and own_details:
+        _check_repo(own_details, "--hf_hub_log_args details_repo_name")
     if log_args.get("gated"):
         _check_can_gate()
 
@@ -337,14 +342,15 @@ def push_after_run(path: str | Path, log_args: dict, token: str | None = None, a
     path = Path(path)
     repo = results_repo(log_args)
     public, samples = bool(log_args.get("public_repo")), bool(log_args.get("push_samples_to_hub"))
-    retry = retry_command(path, repo, public, samples)
+    # no hub_results_org (refused earlier on the CLI): shlex writes None and "" alike, as ''
+    retry = retry_command(path, repo or "", public, samples)
     doc, logs, why = check_run(path)
     try:
         if why:
             raise PushError(f"{path}: {why}")
         out = push(
             path.parent.parent,
-            repo,
+            _check_repo(repo, "--hf_hub_log_args hub_results_org"),  # (push checks it first, as here)
             token=token,
             private=not public,
             api=api,
@@ -426,7 +432,9 @@ def eval_results_entries(
 def same_repo(checkpoint: str | None, repo: str) -> bool:
     """Whether a run's checkpoint (--model_args pretrained=) is the Hub repo `repo` (repo ids are
     case-insensitive on the Hub); a local path or no checkpoint never is."""
-    return bool(checkpoint) and checkpoint.strip().strip("/").lower() == repo.lower()
+    if not checkpoint:
+        return False
+    return checkpoint.strip().strip("/").lower() == repo.lower()
 
 
 def pr_eval_results(

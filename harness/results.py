@@ -61,7 +61,7 @@ def git_hash() -> str | None:
 
 
 def versions() -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for p in PACKAGES:
         try:
             out[p] = metadata.version(p)
@@ -158,7 +158,7 @@ def _acc_fam(m: dict | None) -> str:
 def _n_ci(m: dict | None) -> str:
     """' [lo, hi] n=N' after a limited run's accuracy: a subset's number needs its uncertainty."""
     a = (m or {}).get("accuracy") or {}
-    if a.get("value") is None:
+    if m is None or a.get("value") is None:
         return ""
     ci = f" [{100 * a['ci95'][0]:.1f}, {100 * a['ci95'][1]:.1f}]" if a.get("ci95") else ""
     return f"{ci} n={m.get('n', '?')}"
@@ -371,7 +371,7 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
 
     r = doc["results"]
     tasks = [t for t in mcq_order() if t in r]
-    written = []
+    written: list[Path] = []
     if not tasks:
         return written
     conds = doc["config"]["conditions"]

@@ -5,6 +5,7 @@ Validation happens before any model is loaded; errors name the file and the fiel
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -187,7 +188,7 @@ def load_task(path: str | Path) -> TaskConfig:
     return cfg
 
 
-def load_tasks(dirs: list[str | Path] | None = None) -> dict[str, TaskConfig]:
+def load_tasks(dirs: Sequence[str | Path] | None = None) -> dict[str, TaskConfig]:
     """Every *.yaml under the given folders (default: the built-in tasks), keyed by task name."""
     out: dict[str, TaskConfig] = {}
     for d in dirs or [builtin_tasks_dir()]:
@@ -206,8 +207,13 @@ def with_builtins(include_path: list[str | Path] | None) -> list[Path]:
     """The built-in tasks folder, then each --include_path folder: extra folders add tasks, as
     lm-eval's --include_path does, and a name defined twice is an error naming the file."""
     dirs = [builtin_tasks_dir(), *(Path(d) for d in include_path or [])]
-    seen: set = set()
-    return [d for d in dirs if not (d.resolve() in seen or seen.add(d.resolve()))]  # tasks/ given again: once
+    seen: set[Path] = set()
+    out: list[Path] = []
+    for d in dirs:
+        if d.resolve() not in seen:  # tasks/ given again: once
+            seen.add(d.resolve())
+            out.append(d)
+    return out
 
 
 def select_tasks(spec: str, tasks: dict[str, TaskConfig]) -> list[TaskConfig]:

@@ -18,9 +18,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import TYPE_CHECKING, Protocol
 
 from casu_dataset.core.content_key import content_key
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
+
+if TYPE_CHECKING:
+    from casu_dataset.core.llm.backends import OpenAIBackend
+
+
+class _Transcriber(Protocol):
+    """contract.whisper_checker's result (the harness imports only the contract, not the speech stage)."""
+
+    def transcribe(self, audio) -> str: ...
+
 
 CAPTION_PROMPT = (
     "Describe the sounds in this audio: the background environment and every distinct sound event, "
@@ -122,8 +133,9 @@ class Cascade(Adapter):
         self.device = device
         if str(device) == "cpu":
             set_cpu_threads(threads)
-        self._asr = None
-        self._captioner = None
+        self._asr: _Transcriber | None = None
+        self._captioner: Adapter | None = None
+        self._api: OpenAIBackend | None
         self._texts: dict[str, tuple] = {}
         self._scores: dict[str, list] = {}
         if reasoner == "openai":

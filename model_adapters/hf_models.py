@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import os
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,8 @@ def _torch_dtype(name: str, device: str):
 
 def _chat_template(path: str, tokenizer, revision: str | None = None) -> str | dict | None:
     """The checkpoint's chat template; a dict {name: template} when it has named ones
-    (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors keep them."""
+    (`additional_chat_templates/NAME.jinja`, which the tokenizer loads), as transformers' processors
+    keep them."""
     import json
 
     from transformers.utils import cached_file
@@ -68,9 +70,13 @@ class HFAudioLM(Adapter):
 
     # lm-eval HFLM / transformers keys this loader does not pass on: refused by name
     refused_args = {
-        "peft": "adapters are not loaded; merge the PEFT weights into a checkpoint and give it as pretrained=",
+        "peft": (
+            "adapters are not loaded; merge the PEFT weights into a checkpoint and give it as pretrained="
+        ),
         "delta": "delta weights are not applied; give the merged checkpoint as pretrained=",
-        "gptq": "GPTQ checkpoints load through their own quantization_config: give pretrained= of a GPTQ repo",
+        "gptq": (
+            "GPTQ checkpoints load through their own quantization_config: give pretrained= of a GPTQ repo"
+        ),
         "autogptq": "AutoGPTQ is not used; give pretrained= of a GPTQ repo (transformers reads its config)",
         "parallelize": "use device_map=auto to spread a model over GPUs",
         "max_memory_per_gpu": "not passed to from_pretrained; use device_map=auto",
@@ -145,8 +151,8 @@ class HFAudioLM(Adapter):
                 + (
                     "empty"
                     if not revision.strip()
-                    else f"pretrained={self.pretrained} is a local folder, which has no revisions; give the Hub repo id "
-                    "(its revision is taken from the Hub cache) or drop revision="
+                    else f"pretrained={self.pretrained} is a local folder, which has no revisions; give the "
+                    "Hub repo id (its revision is taken from the Hub cache) or drop revision="
                 )
             )
         if attn_implementation is not None and attn_implementation not in self.ATTN_IMPLEMENTATIONS:
@@ -188,8 +194,10 @@ class HFAudioLM(Adapter):
             self.quantization = {key: True, **{k: v for k, v in bnb4.items() if v is not None}}
         if system_prompt is not None:
             self.system_prompt = system_prompt or None
-        self._model = None
-        self._processor = None
+        # loaded on first use; their transformers classes are named by the subclass (model_class,
+        # processor_class), so their static type is open
+        self._model: Any = None
+        self._processor: Any = None
 
     @classmethod
     def from_loaded(cls, model, processor, **model_args) -> "HFAudioLM":
@@ -357,7 +365,11 @@ class HFAudioLM(Adapter):
         )
 
     def encode(self, texts: list[str], audios: list[np.ndarray | None]):
-        kw = {"text": texts, "return_tensors": "pt", "text_kwargs": {"padding": True, "padding_side": "left"}}
+        kw: dict[str, Any] = {
+            "text": texts,
+            "return_tensors": "pt",
+            "text_kwargs": {"padding": True, "padding_side": "left"},
+        }
         present = [a for a in audios if a is not None]
         if present:
             if len(present) != len(audios):
@@ -407,7 +419,7 @@ class HFAudioLM(Adapter):
     def _generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:
         batch = self.inputs(requests)
         tok = self._tokenizer
-        gen = dict(
+        gen: dict[str, Any] = dict(
             max_new_tokens=settings.max_new_tokens, do_sample=settings.do_sample, num_beams=settings.num_beams
         )
         if settings.do_sample:
@@ -478,7 +490,7 @@ class _OmniThinker(HFAudioLM):
     full_class = ""
     processor_class = ""
     positions_from_mask = False  # M-RoPE positions come from the model's own get_rope_index
-    system_prompt = (
+    system_prompt: str | None = (
         "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
         "perceiving auditory and visual inputs, as well as generating text and speech."
     )

@@ -58,8 +58,10 @@ def get_adapter(name: str) -> type[Adapter]:
 
 def make_adapter(name: str, model_args: str | dict | None = None) -> Adapter:
     """The adapter, its arguments typed and range-checked by its signature before it loads."""
-    raw = isinstance(model_args, str) or model_args is None
-    args = parse_model_args(model_args, raw=True) if raw else dict(model_args)
+    if isinstance(model_args, str) or model_args is None:
+        args = parse_model_args(model_args, raw=True)
+    else:
+        args = dict(model_args)
     cls = get_adapter(name)
     args = check_model_args(cls, name, args)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
@@ -50,7 +51,7 @@ class Salmonn(Adapter):
         if not self.cfg_path.is_file():
             raise AdapterError(f"--model salmonn: config {self.cfg_path} not found (cfg_path=FILE)")
         self.device = device
-        self._model = None
+        self._model: Any = None  # the SALMONN checkout's model class, imported at load time
 
     def _load(self):
         if self._model is not None:

@@ -22,6 +22,7 @@ def main(speech_wav: str, bed: str, event: str) -> None:
     from casu_dataset.sounds.catalog import Catalog
     from casu_dataset.sounds.retrieval import Embedder, Retriever
     from casu_dataset.speech.intelligibility import WhisperChecker
+    from harness.metrics import bertscore_f1
 
     cat = Catalog.embedded()
     emb = Embedder()
@@ -31,6 +32,7 @@ def main(speech_wav: str, bed: str, event: str) -> None:
     r = Retriever(cat, emb, cache_dir=tempfile.mkdtemp())
     qd, qk = r.encode_queries(texts[:8], [["dog"]] * 8)
     pick = r.choose("a bell rings at school", ["bell", "school"], np.random.default_rng(3), kind="event")
+    bert = bertscore_f1(texts[:6], texts[6:12])
     transcript = WhisperChecker().check_file(
         speech_wav, "Please keep your seatbelt fastened while the sign is on."
     )
@@ -66,6 +68,7 @@ def main(speech_wav: str, bed: str, event: str) -> None:
                 "scores": sha(r.score_matrix(qd, qk).tobytes()),
                 "pick": [pick.clip.id, pick.score],
                 "whisper": transcript,
+                "bertscore": bert,
                 "mix": {k: sha(v.tobytes()) for k, v in {"mixture": mix.mixture, **mix.stems}.items()},
                 "gains": json.dumps(mix.annotation["gains"], sort_keys=True),
             }

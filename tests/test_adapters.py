@@ -104,7 +104,8 @@ def test_selecting_a_model_imports_only_what_it_needs():
     code = (
         "import sys; from model_adapters import make_adapter; a = make_adapter('random'); "
         "import harness.evaluate, harness.runner, harness.results; "
-        "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'faster_whisper') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'faster_whisper') if m in "
+        "sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

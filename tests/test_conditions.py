@@ -35,14 +35,14 @@ def test_masked_layers_are_noise_of_the_same_loudness_on_their_active_span(scene
     assert typed.family_key  # a family variant: the reserved-slot rule below is the one under test
     sr = ann["sample_rate"]
     out = render(cond, stems, ann, seed=5)
-    kept = sum(stems[l] for l in cond.keep) if cond.keep else np.zeros_like(out)
+    kept = sum(stems[k] for k in cond.keep) if cond.keep else np.zeros_like(out)
     residual = out - kept  # exactly the masked layers' noise
     assert np.array_equal(out, render(cond, stems, ann, seed=5))  # seeded
     for layer in {"speech", "events", "background"} - cond.keep:
         spans = active_spans(ann, layer, reserved=True)
         noise = render(
             type(cond)(frozenset({"speech", "events", "background"} - {layer})), stems, ann, seed=5
-        ) - sum(stems[l] for l in ("speech", "events", "background") if l != layer)
+        ) - sum(stems[k] for k in ("speech", "events", "background") if k != layer)
         inside = np.concatenate([noise[a:b] for a, b in spans])
         target = typed.expected_lufs(layer)
         assert target is not None and abs(measure_lufs(inside, sr) - target) < 0.5

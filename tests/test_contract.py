@@ -158,8 +158,8 @@ def test_harness_imports_only_the_contract(tmp_path):
     # the check itself: each form of import it must catch is caught, with its line
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "import casu_dataset.dataset.card\nfrom casu_dataset.sounds import retrieval\nfrom casu_dataset.core import hub\n"
-        "def f():\n    from casu_dataset.speech.intelligibility import wer\n"
+        "import casu_dataset.dataset.card\nfrom casu_dataset.sounds import retrieval\nfrom casu_dataset.core "
+        "import hub\ndef f():\n    from casu_dataset.speech.intelligibility import wer\n"
         "from casu_dataset.core.llm.cache import ResponseCache\nimport casu_dataset\n"
     )
     assert [(n, m) for n, m in casu_imports(probe) if not _allowed(m)] == [
@@ -183,7 +183,9 @@ def test_lmeval_view_and_results_import_at_module_level_without_a_cycle():
         return {  # harness's own modules, imported relatively or as harness.NAME
             n.module.removeprefix("harness.")
             for n in ast.walk(tree)
-            if isinstance(n, ast.ImportFrom) and n.module and (n.level == 1 or n.module.startswith("harness."))
+            if isinstance(n, ast.ImportFrom)
+            and n.module
+            and (n.level == 1 or n.module.startswith("harness."))
         }
 
     assert "lmeval_view" in imports("results") and "results" not in imports("lmeval_view")

@@ -81,7 +81,10 @@ GOOD = """
   questions:
 %s
 """
-Q = '    - {id: %s, task: %s, q: "Q?", correct: "right", distractors: ["w1", "w2", "w3"], why: "cue", layers: [event]}'
+Q = (
+    '    - {id: %s, task: %s, q: "Q?", correct: "right", distractors: ["w1", "w2", "w3"], why: "cue", '
+    "layers: [event]}"
+)
 
 
 def test_scenarios_may_ask_any_subset_of_tasks_with_letters_balanced_per_task(tmp_path):

@@ -203,12 +203,13 @@ def test_two_checkpoints_get_their_own_folder_and_table_row(ds, tmp_path):
     ).exists()
     assert not (a / "ablation_heatmap.png").exists() and not (a / "results.md").exists()
     rc, table, _ = cli("table", str(out))
-    rows = [l for l in table.splitlines() if l.startswith("| test_lmeval_habits")]
+    rows = [row for row in table.splitlines() if row.startswith("| test_lmeval_habits")]
     assert rc == 0 and len(rows) == 2 and "(Org/Model-A)" in rows[0] and "(Org/Model-B)" in rows[1]
 
 
 def test_table_reads_an_old_adapter_keyed_folder(ds, tmp_path):
-    """Folders written before checkpoints were keyed (<out>/<adapter>/) still count, one row per checkpoint."""
+    """Folders written before checkpoints were keyed (<out>/<adapter>/) still count, one row per
+    checkpoint."""
     out = tmp_path / "r"
     for ck in ("X/one", "X/two"):
         rc, _, err = run(ds, out, "--model_args", f"pretrained={ck}", model="test_lmeval_habits:Ckpt")
@@ -219,7 +220,7 @@ def test_table_reads_an_old_adapter_keyed_folder(ds, tmp_path):
         f.rename(old / f"{f.stem[len('casu_') :]}-{f.parent.name[-3:]}.json")
     rc, table, err = cli("table", str(out))
     assert rc == 0, err
-    assert sum(l.startswith("| test_lmeval_habits") for l in table.splitlines()) == 2
+    assert sum(row.startswith("| test_lmeval_habits") for row in table.splitlines()) == 2
 
 
 # -- the lm-eval view of the results ------------------------------------------------------------

@@ -54,7 +54,7 @@ def test_settings_really_force_the_kernels(probes):
     assert not probes["avx2"]["machine"]["numpy_top"].startswith("AVX512")
 
 
-@pytest.mark.parametrize("field", ["embeddings", "scores", "pick", "whisper", "mix", "gains"])
+@pytest.mark.parametrize("field", ["embeddings", "scores", "pick", "whisper", "bertscore", "mix", "gains"])
 def test_same_numbers_under_every_instruction_set(probes, field):
     got = {name: p[field] for name, p in probes.items()}
     assert len({json.dumps(v, sort_keys=True) for v in got.values()}) == 1, got

@@ -89,8 +89,8 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path, dict]:
 def test_the_wheel_imports_from_its_own_site_packages(wheel_venv, tmp_path):
     py, site, env = wheel_venv
     code = (
-        "import json, casu_dataset, harness, model_adapters; from harness.task_config import builtin_tasks_dir; "
-        "print(json.dumps([m.__file__ for m in (casu_dataset, harness, model_adapters)]"
+        "import json, casu_dataset, harness, model_adapters; from harness.task_config import "
+        "builtin_tasks_dir; print(json.dumps([m.__file__ for m in (casu_dataset, harness, model_adapters)]"
         " + [str(builtin_tasks_dir())]))"
     )
     paths = [Path(p) for p in json.loads(_run([py, "-c", code], tmp_path, env).stdout)]

@@ -1,9 +1,9 @@
 """Random-weight checkpoints of each supported architecture, built offline from configs.
 
-Test fixtures (moved out of the installed package): tests and benchmarks/gpu_adapters.py use them to run an adapter's real path (folder -> processor -> generate
--> decode) without downloading weights. `size="tiny"` is 2 layers and a byte-level vocabulary
-(seconds on CPU); random weights produce arbitrary text, so they test plumbing, batching and
-determinism, never audio understanding.
+Test fixtures (moved out of the installed package): tests and benchmarks/gpu_adapters.py use them
+to run an adapter's real path (folder -> processor -> generate -> decode) without downloading
+weights. `size="tiny"` is 2 layers and a byte-level vocabulary (seconds on CPU); random weights
+produce arbitrary text, so they test plumbing, batching and determinism, never audio understanding.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ QWEN_SPECIALS = {
 QWEN_AUDIO_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
     "{% else %}{% for c in m['content'] %}{% if c['type'] == 'audio' %}Audio {{ loop.index }}: "
-    "<|audio_bos|><|AUDIO|><|audio_eos|>\n{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}"
-    "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "<|audio_bos|><|AUDIO|><|audio_eos|>\n{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor "
+    "%}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 QWEN_OMNI_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
@@ -42,8 +42,8 @@ AF3_TEMPLATE = (
 )
 PHI4_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'audio' %}<|audio|>{% elif c['type'] == 'text' %}"
-    "{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|end|>{% endfor %}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'audio' %}<|audio|>{% elif c['type'] == 'text' "
+    "%}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
@@ -366,7 +366,11 @@ def tekken_file(path: Path) -> Path:
     )
     data = {
         "config": {
-            "pattern": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+            "pattern": (
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+                r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+            ),
             "num_vocab_tokens": 256,
             "default_vocab_size": 256 + len(specials),
             "default_num_special_tokens": len(specials),

@@ -214,7 +214,8 @@ def question_agent(
 def critic_votes(
     critics: list, script: SceneScript, description: str, cand: Candidate, retries: int = 2
 ) -> list[str | None]:
-    """Each critic's letter for the candidate, answering from the description and script (None: no valid vote)."""
+    """Each critic's letter for the candidate, answering from the description and script
+    (None: no valid vote)."""
     opts = "\n".join(f"{L}. {o}" for L, o in zip(LETTERS, cand.options))
     msgs = [
         {

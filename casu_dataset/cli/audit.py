@@ -35,7 +35,8 @@ def run(args) -> int:
         counts = fa.write_packets(scenes, args.dir, per_packet=args.per_packet, families=fams)
         for name, n in counts.items():
             print(
-                f"{args.dir}/packet_{name}.md: {n} items (reader: READER_{'scene' if name.startswith('scene') else 'views'}.md)"
+                f"{args.dir}/packet_{name}.md: {n} items (reader: "
+                f"READER_{'scene' if name.startswith('scene') else 'views'}.md)"
             )
         print(f"keys: {args.dir}/keys.json (for `audit score` only; never give it to a reader)")
         return 0

@@ -127,7 +127,7 @@ def config(args) -> BuildConfig:
         embedding_model=args.embedding_model,
         duration=args.duration,
         check_speech=not args.no_check_speech,
-        catalogs=args.catalog or ["embedded"],
+        catalogs=tuple(args.catalog or ["embedded"]),
         num_shards=args.num_shards,
         shard_index=args.shard_index,
         num_proc=args.num_proc,
@@ -150,9 +150,9 @@ def run(args) -> int:
     r = res.realization
     if r is not None:
         print(
-            f"realization: {r['reproduced']}/{r['scenes']} scenes reproduced the reference bytes, {r['drifted']} "
-            f"drifted (max stem loudness diff {r['max_stem_lufs_diff']:.4f} LU, TTS conformed by at most "
-            f"{r['max_turn_samples_conformed']} samples)"
+            f"realization: {r['reproduced']}/{r['scenes']} scenes reproduced the reference bytes, "
+            f"{r['drifted']} drifted (max stem loudness diff {r['max_stem_lufs_diff']:.4f} LU, TTS conformed "
+            f"by at most {r['max_turn_samples_conformed']} samples)"
             + "".join(f"\n  drifted {d}" for d in r["drifted_scenes"][:20])
         )
     elif res.lock:
@@ -186,6 +186,7 @@ def run(args) -> int:
     for sk in res.skipped:
         print(f"  skipped {sk['scene_id']}: {sk['reason']}")
     print(
-        f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, {mcq_configs()[0]!r}))"
+        f"dataset folder: {args.out} (load with datasets.load_dataset({str(args.out)!r}, "
+        f"{mcq_configs()[0]!r}))"
     )
     return 0

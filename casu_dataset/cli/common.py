@@ -111,9 +111,9 @@ def scripts(paths: list[str]):
     """(file, SceneScript) of each script file, or of each .yaml/.json file in a folder."""
     from casu_dataset.script.schema import load_script
 
-    files = []
-    for p in paths:
-        p = Path(p)
+    files: list[Path] = []
+    for name in paths:
+        p = Path(name)
         files += sorted(p.glob("*.y*ml")) + sorted(p.glob("*.json")) if p.is_dir() else [p]
     return [(f, load_script(f)) for f in files]
 

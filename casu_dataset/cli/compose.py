@@ -43,6 +43,7 @@ def compose(args, items, check_speech: bool) -> int:
         print(
             f"{script.id}: {a['duration']:.1f} s, bed {a['background']['clip_id']}, "
             f"events {[e['clip_id'] for e in a['events']]}, voices "
-            f"{ {k: v['id'] for k, v in a['extra']['speech']['voices'].items()} } -> {d} ({time.perf_counter() - t:.1f} s)"
+            f"{ {k: v['id'] for k, v in a['extra']['speech']['voices'].items()} } -> {d} "
+            f"({time.perf_counter() - t:.1f} s)"
         )
     return 1 if failed else 0

@@ -116,18 +116,16 @@ def _generate(args) -> int:
     args.place = args.place[0]
     from casu_dataset.agents.pipeline import run_pipeline
     from casu_dataset.core.cache_layout import llm_responses_file
+    from casu_dataset.core.llm.backends import LocalBackend, OpenAIBackend
     from casu_dataset.core.llm.cache import CachedBackend, ResponseCache
     from casu_dataset.sounds.catalog import Catalog
 
+    inner: LocalBackend | OpenAIBackend
     if args.backend == "local":
-        from casu_dataset.core.llm.backends import LocalBackend
-
-        backend = LocalBackend(args.llm_model or "smollm2")
+        inner = LocalBackend(args.llm_model or "smollm2")
     else:
-        from casu_dataset.core.llm.backends import OpenAIBackend
-
-        backend = OpenAIBackend(args.base_url, args.llm_model)
-    backend = CachedBackend(backend, ResponseCache(llm_responses_file(args.cache)))
+        inner = OpenAIBackend(args.base_url, args.llm_model)
+    backend = CachedBackend(inner, ResponseCache(llm_responses_file(args.cache)))
     cat = Catalog.embedded()
     types = {k: sorted({c.type for c in cat.clips if c.kind == k}) for k in ("background", "event")}
     out = []
@@ -137,8 +135,8 @@ def _generate(args) -> int:
         r = run_pipeline(backend, sid, args.place, types, speech, k=args.k, m=args.m, retries=args.retries)
         out.append({"id": sid, **r.to_dict()})
         print(
-            f"{sid}: script {'ok' if r.script else 'failed'}, kept {len(r.kept)}, rejected {len(r.rejected)}, "
-            f"failures {len(r.failures)}"
+            f"{sid}: script {'ok' if r.script else 'failed'}, kept {len(r.kept)}, rejected "
+            f"{len(r.rejected)}, failures {len(r.failures)}"
         )
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}; cache hits {backend.cache.hits}, misses {backend.cache.misses}")

@@ -33,7 +33,8 @@ def run(args) -> int:
     r = Retriever(Catalog.embedded(), Embedder(args.embedding_model), cache_dir=args.cache)
     queries = load_queries(args.queries or DEFAULT_QUERIES)
     print(
-        f"{len(queries)} queries against {r.catalog.name} ({len(r.catalog)} clips), model {r.embedder.model_name}"
+        f"{len(queries)} queries against {r.catalog.name} ({len(r.catalog)} clips), model "
+        f"{r.embedder.model_name}"
     )
     print(format_table(evaluate(r, queries, args.alphas)))
     return 0

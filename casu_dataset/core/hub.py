@@ -26,9 +26,10 @@ class HubUploadError(HubError):
     exit_code = 5
 
 
-def check_repo_id(repo: str, flag: str = "--repo") -> str:
+def check_repo_id(repo: str | None, flag: str = "--repo") -> str:
+    """`repo` when it is ORG/NAME, else HubError naming the flag (also for a missing repo: None)."""
     parts = repo.split("/") if isinstance(repo, str) else []
-    if len(parts) != 2 or not all(_REPO_PART.match(p) for p in parts):
+    if not isinstance(repo, str) or len(parts) != 2 or not all(_REPO_PART.match(p) for p in parts):
         raise HubError(f"{flag} {repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
     return repo
 
@@ -137,7 +138,7 @@ def _ensure_timeout() -> None:
         client.timeout = lib.Timeout(t)
         return client
 
-    factory._casu_timeout = t
+    setattr(factory, "_casu_timeout", t)  # marks the factory as ours (read back with getattr above)
     _http.set_client_factory(factory)
 
 

@@ -60,7 +60,9 @@ def describe() -> dict:
     override in force (recorded in build reports, so drift can be traced to a machine)."""
     import numpy as np
 
-    out = {"forced": {k: os.environ[k] for s in SETTINGS.values() for k in s if k in os.environ}}
+    out: dict[str, str | dict[str, str]] = {
+        "forced": {k: os.environ[k] for s in SETTINGS.values() for k in s if k in os.environ}
+    }
     try:
         import torch
 

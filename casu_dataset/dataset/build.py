@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class BuildError(CasuError, RuntimeError):
     """A build that must not write its folder (no scene built, too many skipped)."""
 
     exit_code = 1
+    report: BuildReport | None = None  # what was built and skipped, when the refusal follows a build
 
 
 def features(config: str):
@@ -174,7 +176,7 @@ def _rows(scene, built: dict) -> dict[str, list[dict]]:
     def audio(k):
         return {"bytes": flac[k], "path": f"{sid}/{k}.flac"}
 
-    rows = {c: [] for c in dataset_configs()}
+    rows: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
     fam = family_fields(scene)
     rows[SCENES_CONFIG].append(
         {
@@ -327,14 +329,15 @@ def build_dataset(
     report.skipped.extend(sorted(invalid or [], key=lambda s: s["scene_id"]))
     # Rows go to the writer unit by unit (audio bytes included); only light() copies (no audio)
     # stay in memory, for the review counts and the card: memory is flat in the number of scenes.
-    rows = {c: [] for c in dataset_configs()}
+    rows: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
     from casu_dataset.review.decisions import decisions_path, load
 
     rf = Path(review_file) if review_file else decisions_path(out)
     rv = load(rf) if rf.is_file() else None
     from casu_dataset.review.apply import apply_review
 
-    writer, written = FolderWriter(out), {c: [] for c in dataset_configs()}
+    writer = FolderWriter(out)
+    written: dict[str, list[str]] = {c: [] for c in dataset_configs()}  # row digests
     # A contrast family is one unit of work (and of sharding): all its variants or none.
     units = build_units(scenes)
     keep = set(shard_of(list(units), num_shards, shard_index))
@@ -362,7 +365,7 @@ def build_dataset(
                 reason = f"{type(err).__name__}: {err}"
                 report.skipped.extend({"scene_id": s.script.id, "reason": reason} for s in unit)
                 continue
-            unit_rows = {c: [] for c in dataset_configs()}
+            unit_rows: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
             for scene in unit:
                 b, hit = built[scene.script.id]
                 report.cached += hit
@@ -533,7 +536,7 @@ class FolderWriter:
             self.stage.mkdir()
             self.started = True
 
-    def add(self, config: str, rows: list[dict]) -> None:
+    def add(self, config: str, rows: Iterable[dict]) -> None:
         for r in rows:
             self.pending[config].append(r)  # _flush starts a new list
             if len(self.pending[config]) == ROW_GROUP_SIZE:

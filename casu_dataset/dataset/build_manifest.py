@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from casu_dataset.core.audio_io import file_sha256
@@ -50,7 +51,7 @@ def file_hashes(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): file_sha256(p) for p in _members(root)}
 
 
-def config_hashes(shas: dict[str, str], configs: list[str]) -> dict[str, str]:
+def config_hashes(shas: dict[str, str], configs: Iterable[str]) -> dict[str, str]:
     """sha256 over each config's parquet files (names and file hashes, in name order), from
     `file_hashes`: the files are read once for these and for the record."""
     out = {}

@@ -170,8 +170,8 @@ def eval_yaml(rows: dict, settings: dict) -> str:
     values = "; ".join(f"{', '.join(names)}: {label}" for label, names in by_metric.items())
     doc = {
         "name": name,
-        "description": f"{name}: context-aware auditory scene understanding; multiple-choice questions on audio "
-        f"scenes and open scene description. Value reported per task (0-100, full audio): {values}. "
+        "description": f"{name}: context-aware auditory scene understanding; multiple-choice questions on "
+        f"audio scenes and open scene description. Value reported per task (0-100, full audio): {values}. "
         "Scored by the CASU harness (python -m harness).",
         "evaluation_framework": EVAL_FRAMEWORK,
         "tasks": [{"id": t.name, "config": t.dataset_config, "split": "test"} for t in listed],
@@ -217,12 +217,12 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
     review = (
         "Not reviewed yet (`python -m casu_dataset review --dataset PATH`)."
         if rv is None
-        else f"Human review: {rv['reviewed']} items reviewed, {rv['accepted']} accepted, {rv['edited']} edited, "
-        f"{rv['rejected']} rejected ({rv['applied']['questions_rejected']} questions and "
+        else f"Human review: {rv['reviewed']} items reviewed, {rv['accepted']} accepted, {rv['edited']} "
+        f"edited, {rv['rejected']} rejected ({rv['applied']['questions_rejected']} questions and "
         f"{rv['applied']['scenes_rejected']} scenes left out, {rv['applied']['questions_edited']} questions "
         f"edited{_family_review_text(rv['applied'])}); {rv['conflicts']} items with conflicting reviewers "
-        f"(newest decision kept); {len(rv.get('refused', []))} decisions refused (they would break a family); "
-        f"{rv['bad_lines']} unreadable lines in the decisions file"
+        f"(newest decision kept); {len(rv.get('refused', []))} decisions refused (they would break a "
+        f"family); {rv['bad_lines']} unreadable lines in the decisions file"
         + (
             f"; {len(rv['unknown'])} decisions on items not in this build (not counted)"
             if rv.get("unknown")
@@ -234,7 +234,8 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
     lic_text = (
         f"All sound clips are under {lic['license']}."
         if lic["license"] != "other"
-        else f"The sound clips keep their own licenses ({len(set(str(c.get('license')) for c in clips.values()))} "
+        else "The sound clips keep their own licenses "
+        f"({len(set(str(c.get('license')) for c in clips.values()))} "
         "different ones); [ATTRIBUTION.md](ATTRIBUTION.md) lists each clip's source, author and license."
     )
     return _render(
@@ -323,8 +324,8 @@ def realization_text(report) -> str:
     return (
         who + f"Built from the {head}: every decision is the reference build's (no retrieval or Whisper "
         f"run). {r['reproduced']} of {r['scenes']} scenes reproduced the reference bytes; {r['drifted']} "
-        f"drifted (largest stem loudness difference {r['max_stem_lufs_diff']:.4f} LU; TTS output conformed by "
-        f"at most {r['max_turn_samples_conformed']} samples). " + SAME_DATA
+        f"drifted (largest stem loudness difference {r['max_stem_lufs_diff']:.4f} LU; TTS output conformed "
+        f"by at most {r['max_turn_samples_conformed']} samples). " + SAME_DATA
     )
 
 

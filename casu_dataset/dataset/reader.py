@@ -26,12 +26,16 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from casu_dataset.contract import FAMILY_FIELDS, LETTERS, SCENES_CONFIG, mcq_configs
 from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.core.errors import CasuError
+
+if TYPE_CHECKING:  # annotations only: pyarrow is imported where a table is read
+    import pyarrow as pa
 
 ALL_CONFIG = "all"  # every multiple-choice question together (the card's default config)
 
@@ -59,7 +63,7 @@ def is_local(source: str | Path) -> bool:
 class AudioRef:
     """One row's place in an audio column (a struct with a binary `bytes` field)."""
 
-    column: object = field(repr=False)  # pyarrow ChunkedArray, shared by every row of the table
+    column: pa.ChunkedArray = field(repr=False)  # shared by every row of the table
     index: int
 
     def bytes(self) -> bytes:
@@ -147,7 +151,7 @@ class Table:
     source: str
     config: str
     split: str
-    arrow: object = field(repr=False)  # pyarrow.Table
+    arrow: pa.Table = field(repr=False)
     digest: str | None
 
     @property
@@ -261,14 +265,16 @@ class Table:
                     raise LoadError(
                         f"{at}: answer {r['answer']!r} is not one of the letters of its {len(opts)} option(s)"
                     )
+            # the text and list columns by name (their types are the Row fields' types)
+            columns: dict[str, Any] = {k: r.get(k) or "" for k in _TEXT}
+            columns.update({k: list(r.get(k) or []) for k in _LISTS})
             out.append(
                 Row(
                     id=r["id"],
                     scene_id=r["scene_id"],
                     task=r.get("task") or self.config,
                     audio=AudioRef(audio, i),
-                    **{k: r.get(k) or "" for k in _TEXT},
-                    **{k: list(r.get(k) or []) for k in _LISTS},
+                    **columns,
                     extra={k: v for k, v in r.items() if k not in _ROW_COLUMNS},
                 )
             )
@@ -298,7 +304,7 @@ class BuiltDataset:
     # -- a local folder ----------------------------------------------------------------------
 
     def _folder(self) -> Path:
-        if not self.local:
+        if self.root is None:  # not local
             raise LoadError(
                 f"{self.source}: a Hub repo id, not a dataset folder (this reads a local folder only)"
             )
@@ -424,7 +430,7 @@ class BuiltDataset:
         files = self.files(config, split)
         record = self.verify()
         h = hashlib.sha256()
-        tables = []
+        tables: list[tuple[str, pa.Table]] = []
         for f in files:
             rel = f.relative_to(root).as_posix()
             try:  # One thread: Arrow's pool threads can abort the interpreter at exit here.
@@ -458,7 +464,7 @@ class BuiltDataset:
         from casu_dataset.dataset.build_manifest import MixedFolderError, check_file
 
         try:
-            check_file(self.root, record, rel, sha)
+            check_file(self._folder(), record, rel, sha)
         except MixedFolderError as err:
             raise LoadError(str(err)) from None
 

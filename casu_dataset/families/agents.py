@@ -17,7 +17,7 @@ import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -33,11 +33,15 @@ SYSTEM = {
     "script": "You write contrast families for an audio question benchmark, as JSON.",
     "narrator": "You write the reference description of one audio scene, as JSON.",
     "question": "You write one multiple-choice question for a contrast family of audio scenes, as JSON.",
-    "consensus": "You answer a multiple-choice question about one audio scene from its description and script.",
+    "consensus": (
+        "You answer a multiple-choice question about one audio scene from its description and script."
+    ),
     "coherence": "You check whether any line of speech contradicts a sound heard in the same audio scene.",
     "naming": "You check whether a question gives away which sound is heard in an audio scene.",
     "distinct": "You judge whether a listener can tell sounds apart by ear.",
-    "views": "You judge which answers to a question stay plausible when only part of an audio scene was heard.",
+    "views": (
+        "You judge which answers to a question stay plausible when only part of an audio scene was heard."
+    ),
 }
 
 PLACES = [
@@ -87,7 +91,11 @@ class Brief:
 
 
 def make_briefs(
-    n: int, seed: int = 0, places: list[str] | None = None, shape: str = "mixed", speech_type: str = "mixed"
+    n: int,
+    seed: int = 0,
+    places: list[str] | None = None,
+    shape: Literal["slot", "crossed", "mixed"] = "mixed",
+    speech_type: Literal["monologue", "conversation", "mixed"] = "mixed",
 ) -> list[Brief]:
     rng = random.Random(seed)
     pool = list(places or PLACES)
@@ -96,8 +104,10 @@ def make_briefs(
     out = []
     for i in range(n):
         place = pool[i % len(pool)]
-        sh = shape if shape != "mixed" else ("slot", "crossed")[i % 2]
-        sp = speech_type if speech_type != "mixed" else rng.choice(["monologue", "conversation"])
+        sh: Literal["slot", "crossed"] = shape if shape != "mixed" else ("slot", "crossed")[i % 2]
+        sp: Literal["monologue", "conversation"] = (
+            speech_type if speech_type != "mixed" else rng.choice(["monologue", "conversation"])
+        )
         out.append(
             Brief(
                 id=f"gen{seed}_{i:03d}_{sh}",
@@ -150,7 +160,7 @@ def family_from_draft(d: DraftFamily, brief: Brief, types: dict[str, list[str]])
                 f"fills.{name}.type: {f.type!r} is not a {fill_kind} sound type of the bank; "
                 f"use one of the listed {fill_kind} types"
             )
-    script = {
+    script: dict[str, Any] = {
         "place": d.place,
         "speech_type": d.speech_type,
         "speakers": [s.model_dump() for s in d.speakers],
@@ -185,7 +195,7 @@ def family_from_draft(d: DraftFamily, brief: Brief, types: dict[str, list[str]])
                 f"turns: {words} words{f' in version {v}' if v else ''}; "
                 f"keep the speech between {MIN_WORDS} and {MAX_WORDS} words"
             )
-    fam = {"id": brief.id, "shape": brief.shape, "slot": slot}
+    fam: dict[str, Any] = {"id": brief.id, "shape": brief.shape, "slot": slot}
     if d.versions is not None:
         fam["versions"] = list(d.versions)
     fam.update(script=script, types=layer_types, fills={k: f.model_dump() for k, f in d.fills.items()})
@@ -217,7 +227,7 @@ def compile_structure(fam: dict) -> list[FamilyScene]:
     return compile_family(parse_family(probe, "script agent"), "script agent")
 
 
-_SLOT_EXAMPLE = {
+_SLOT_EXAMPLE: dict[str, Any] = {
     "place": "primary school classroom",
     "speech_type": "monologue",
     "speakers": [{"id": "teacher", "role": "teacher", "gender": "female", "age": "adult"}],
@@ -278,31 +288,32 @@ def script_agent(
     """A family draft (FAMILIES.md dict without variants/questions) and its compiled variant scenes."""
     crossed = brief.shape == "crossed"
     shape_rules = (
-        "Crossed family: two speech versions (name them in `versions`, two lower-case ids) that differ in at least "
-        "one turn (a differing turn's text is {VERSION: text}), and exactly 2 fills; the 4 combinations version x "
-        "fill must mean 4 different things."
+        "Crossed family: two speech versions (name them in `versions`, two lower-case ids) that differ in at "
+        "least one turn (a differing turn's text is {VERSION: text}), and exactly 2 fills; the 4 "
+        "combinations version x fill must mean 4 different things."
         if crossed
-        else "Slot family: one speech script (every turn text one string) and exactly 4 fills; with each fill the "
-        "same words must mean something different."
+        else "Slot family: one speech script (every turn text one string) and exactly 4 fills; with each "
+        "fill the same words must mean something different."
     )
     msgs = [
         {
             "role": "system",
             "content": SYSTEM["script"] + " A family is 4 variants of one short scene that "
             "differ only in one non-speech sound, the slot: either one event (slot 'event', heard after turn "
-            "`slot_after_turn`) or the background (slot 'background'; then `background` is null). The speech must "
-            "be neutral: every line must fit every fill naturally and no line may contradict any fill, yet the "
-            "meaning of the scene must change with the fill. Fill types come only from the listed bank types of "
-            "the right kind; the fills must be 4 (or 2) different types that sound clearly different. Speech: "
-            f"2-4 turns, {MIN_WORDS}-{MAX_WORDS} words in all; a monologue has 1 speaker, a conversation 2 who both "
-            "speak. Fill names are short lower-case ids.",
+            "`slot_after_turn`) or the background (slot 'background'; then `background` is null). The speech "
+            "must be neutral: every line must fit every fill naturally and no line may contradict any fill, "
+            "yet the meaning of the scene must change with the fill. Fill types come only from the listed "
+            "bank types of the right kind; the fills must be 4 (or 2) different types that sound clearly "
+            f"different. Speech: 2-4 turns, {MIN_WORDS}-{MAX_WORDS} words in all; a monologue has 1 speaker, "
+            "a conversation 2 who both speak. Fill names are short lower-case ids.",
         },
         {
             "role": "user",
             "content": f"Family id: {brief.id}. Place: {brief.place}. Speech type: {brief.speech_type}. "
             f"Preferred slot: {brief.slot_hint}.\n{shape_rules}\n"
-            f"Bank event types: {', '.join(types['event'])}.\nBank background types: {', '.join(types['background'])}.\n"
-            f"Answer with JSON shaped like: {json.dumps(_CROSSED_EXAMPLE if crossed else _SLOT_EXAMPLE)}",
+            f"Bank event types: {', '.join(types['event'])}.\nBank background types: "
+            f"{', '.join(types['background'])}.\nAnswer with JSON shaped like: "
+            f"{json.dumps(_CROSSED_EXAMPLE if crossed else _SLOT_EXAMPLE)}",
         },
     ]
     state = {}
@@ -379,9 +390,10 @@ def question_agent(backend, fam: dict, task: str, retries: int = 3) -> dict:
         {
             "role": "system",
             "content": SYSTEM["question"] + " The question and its four options are the same in "
-            "all four variants; each option is correct for exactly one variant (its key). The question must not "
-            "name or describe any of the varying sounds, no option may appear inside the question, and every option "
-            "must look plausible to a reader who did not hear the sound. Prefer questions about what was said.",
+            "all four variants; each option is correct for exactly one variant (its key). The question must "
+            "not name or describe any of the varying sounds, no option may appear inside the question, and "
+            "every option must look plausible to a reader who did not hear the sound. Prefer questions "
+            "about what was said.",
         },
         {
             "role": "user",

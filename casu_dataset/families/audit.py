@@ -26,11 +26,13 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.core.errors import CasuError
 from casu_dataset.families.compile import FamilyScene, families_of
 
-READER_VIEWS = """You are an honest reader for a listening-comprehension benchmark. Read ONLY your packet file.
+READER_VIEWS = """You are an honest reader for a listening-comprehension benchmark. \
+Read ONLY your packet file.
 Do NOT open any other file (not the repository, not other packets, not keys.json).
 
 Each item says what a listener heard: only PART of an audio scene (only the speech, or only the
@@ -44,7 +46,8 @@ Write one JSON object per line, for every item, to answers_<packet name>.jsonl b
 {"id": "<item id>", "plausible": ["A", "C"], "pick": "A", "note": "<optional, <= 20 words>"}
 """
 
-READER_SCENE = """You are an honest reader for a listening-comprehension benchmark. Read ONLY your packet file.
+READER_SCENE = """You are an honest reader for a listening-comprehension benchmark. \
+Read ONLY your packet file.
 Do NOT open any other file (not the repository, not other packets, not keys.json).
 
 Each item describes everything a listener heard in a short audio scene (background, speech lines in
@@ -110,12 +113,14 @@ def sound_lines(sc: FamilyScene) -> list[str]:
 
 def scene_lines(sc: FamilyScene) -> list[str]:
     """Background, then the turns in order with each event where its anchor puts it."""
-    before, during, after, other = {}, {}, {}, []
+    before: dict[int, list[str]] = {}
+    during: dict[int, list[str]] = {}
+    after: dict[int, list[str]] = {}
+    other: list[str] = []
     for e in sc.script.events:
         a = e.anchor
-        slot = {"after_turn": after, "during_turn": during}.get(a.type)
-        if slot is not None:
-            slot.setdefault(a.turn, []).append(e.description)
+        if a.type == "after_turn" or a.type == "during_turn":
+            (after if a.type == "after_turn" else during).setdefault(a.turn, []).append(e.description)
         elif a.type == "start":
             before.setdefault(0, []).append(e.description)
         else:
@@ -138,7 +143,9 @@ def family_items(variants: list[FamilyScene]) -> list[Item]:
     items: list[Item] = []
     for qi, q in enumerate(fam.questions):
         key = {sc.variant: sc.questions[qi].answer for sc in variants}
-        base = dict(family=fam.family_id, task=q.task, question=q.question, options=list(q.options))
+        base: dict[str, Any] = dict(
+            family=fam.family_id, task=q.task, question=q.question, options=list(q.options)
+        )
         groups: dict[str, list[FamilyScene]] = {}
         for sc in variants:
             groups.setdefault(sc.speech_group, []).append(sc)
@@ -276,8 +283,9 @@ def score(folder: str | Path) -> dict:
                 )
             elif a.get("also") or a.get("odd"):
                 warnings.append(
-                    f"{where}: key picked but {'also ' + ','.join(a.get('also') or []) if a.get('also') else 'odd'}"
-                    f" ({a.get('note', '')})"
+                    f"{where}: key picked but "
+                    f"{'also ' + ','.join(a.get('also') or []) if a.get('also') else 'odd'} "
+                    f"({a.get('note', '')})"
                 )
             continue
         pl = sorted(set(a.get("plausible") or []))

@@ -1,5 +1,6 @@
-"""Blind readers and the validity report over compiled questions (v2 families and v1 scenes alike): coverage counts, realisability with the sound
-bank, answer-letter balance, and two blind baselines that never hear the audio:
+"""Blind readers and the validity report over compiled questions (v2 families and v1 scenes alike):
+coverage counts, realisability with the sound bank, answer-letter balance, and two blind baselines
+that never hear the audio:
 
 1. embedding chooser: the option whose MiniLM embedding is closest to the question's;
 2. SmolLM2-135M scoring each option's log-likelihood as the answer to the question alone
@@ -11,6 +12,7 @@ A benchmark whose questions need the audio keeps both near chance (25%); the tar
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,7 +42,7 @@ def coverage(scenes: list[Scene]) -> dict:
     }
 
 
-def realisability(scenes: list[Scene], retriever) -> list[dict]:
+def realisability(scenes: Sequence[Scene], retriever) -> list[dict]:
     """Scenes whose retrieved top clip is not of the intended bank type."""
     bad = []
     for s in scenes:
@@ -87,7 +89,7 @@ def length_heuristics(questions: list[Question]) -> dict[str, np.ndarray]:
 
 
 def run_blind(questions: list[Question], embedder, lm=None) -> dict:
-    res = {}
+    res: dict[str, float | dict] = {}
     ch = embedding_chooser(questions, embedder)
     res["embedding chooser (MiniLM)"] = accuracy(questions, ch)
     res["embedding chooser per task"] = per_task(questions, ch)

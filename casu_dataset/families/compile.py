@@ -175,7 +175,10 @@ def compile_family(fam: Family, source: str = "<family>") -> list[FamilyScene]:
     # Non-slot layers need their intended bank type; the slot's comes from each fill.
     want = ({"background"} if slot_kind == "event" else set()) | {e for e in ev_ids if e != fam.slot}
     if set(fam.types) != want:
-        raise FamilyError(f"{w}: types: keys {sorted(fam.types)} must be the non-slot layers {sorted(want)}")
+        # key=str: an event without an id (None) is named in the message, not a TypeError
+        raise FamilyError(
+            f"{w}: types: keys {sorted(fam.types)} must be the non-slot layers {sorted(want, key=str)}"
+        )
     n_fills = 4 if fam.shape == "slot" else 2
     if len(fam.fills) != n_fills:
         raise FamilyError(
@@ -222,11 +225,11 @@ def compile_family(fam: Family, source: str = "<family>") -> list[FamilyScene]:
     for key in keys:
         version, _, fill_name = key.rpartition(".") if fam.shape == "crossed" else ("", "", key)
         fill = fam.fills[fill_name]
-        d = {**s, "turns": versions[version], "id": f"{fam.id}.{key}"}
+        raw = {**s, "turns": versions[version], "id": f"{fam.id}.{key}"}
         if slot_kind == "background":
-            d["background"] = {"description": fill.description, "keywords": list(fill.keywords)}
+            raw["background"] = {"description": fill.description, "keywords": list(fill.keywords)}
         else:
-            d["events"] = [
+            raw["events"] = [
                 dict(
                     e,
                     description=fill.description,
@@ -238,7 +241,7 @@ def compile_family(fam: Family, source: str = "<family>") -> list[FamilyScene]:
                 for e in events
             ]
         try:
-            script = parse_script(d, f"{w}: variant {key}")
+            script = parse_script(raw, f"{w}: variant {key}")
         except ScriptError as err:
             raise FamilyError(str(err)) from None
         vtypes = dict(fam.types, **{fam.slot: fill.type})

@@ -146,7 +146,8 @@ def critic_naming(panel: Panel, fam: dict) -> dict:
                 {
                     "role": "user",
                     "content": f"Question: {q['q']}\nThe sound is one of:\n{fills}\nDoes the question "
-                    'name, describe or hint at any of these sounds? Answer with JSON: {"names_sound": false, "reason": "..."}',
+                    'name, describe or hint at any of these sounds? Answer with JSON: {"names_sound": '
+                    'false, "reason": "..."}',
                 },
             ]
             return _ask(panel, j, msgs, NamingVote, f"naming critic {j + 1} ({fam['id']}, {q['task']})")
@@ -194,8 +195,8 @@ def critic_coherence(panel: Panel, scenes: list) -> dict:
                 j,
                 panel.k,
                 "A line contradicts a sound when a listener would find it odd or "
-                "impossible that the line is said with that sound heard (a siren, then 'walk calmly, finish the "
-                "drawing tomorrow').",
+                "impossible that the line is said with that sound heard (a siren, then 'walk calmly, finish "
+                "the drawing tomorrow').",
             ),
             {
                 "role": "user",
@@ -502,7 +503,8 @@ def write_outputs(out: str | Path, rows: list[dict], meta: dict) -> Path:
     report = out.with_name(out.stem + ".report.json")
     kept = [r for r in rows if r["status"] == "kept"]
     parts = [
-        f"# Contrast families written by `python -m casu_dataset generate` ({len(kept)} kept of {len(rows)}).",
+        f"# Contrast families written by `python -m casu_dataset generate` ({len(kept)} kept of "
+        f"{len(rows)}).",
         f"# Every vote, reason and rejection: {report.name}. Format: casu_dataset/scenarios/FAMILIES.md.",
     ]
     for r in kept:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from casu_dataset.core.errors import CasuError
 from casu_dataset.families.compile import FamilyScene
+from casu_dataset.script.schema import SceneScript
 
 
 class FamilyBuildError(CasuError, RuntimeError):
@@ -31,7 +32,7 @@ def turn_reserve(variants: list, builder, seed: int) -> list[float] | None:
     if not isinstance(first, FamilyScene) or first.shape != "crossed":
         return None
     sr = builder.mix_config.sample_rate
-    by_version = {}
+    by_version: dict[str, SceneScript] = {}
     for v in variants:
         by_version.setdefault(v.speech_version, v.script)
     lengths = []

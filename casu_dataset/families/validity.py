@@ -337,8 +337,8 @@ def format_report(cov: dict, violations: list, blind: dict | None, built: tuple 
     lines = [
         "# CASU-mini v2 validity report",
         "",
-        f"families {cov['families']} ({', '.join(f'{k} {v}' for k, v in cov['per_shape'].items())}; slot kind "
-        f"{', '.join(f'{k} {v}' for k, v in cov['per_slot_kind'].items())}), scenes {cov['scenes']}, "
+        f"families {cov['families']} ({', '.join(f'{k} {v}' for k, v in cov['per_shape'].items())}; slot "
+        f"kind {', '.join(f'{k} {v}' for k, v in cov['per_slot_kind'].items())}), scenes {cov['scenes']}, "
         f"questions {cov['questions']}, places {cov['places']}, slot sound types {cov['slot_types']}",
         "",
         "| task | families | crossed families | questions |",
@@ -361,13 +361,15 @@ def format_report(cov: dict, violations: list, blind: dict | None, built: tuple 
         bv, stats = built
         lines += [
             "",
-            f"built dataset: {stats.get('speech_groups', 0)} speech versions and {stats.get('fill_groups', 0)} "
-            f"fills checked; {len(bv)} stems differ where they must be identical",
+            f"built dataset: {stats.get('speech_groups', 0)} speech versions and "
+            f"{stats.get('fill_groups', 0)} fills checked; {len(bv)} stems differ where they must be "
+            "identical",
         ] + [f"- {v}" for v in bv]
     if blind:
         lines += [
             "",
-            "| reader (no audio) | accuracy per variant | family accuracy | slot fam. acc | crossed acc | crossed fam. acc |",
+            "| reader (no audio) | accuracy per variant | family accuracy | slot fam. acc | crossed acc | "
+            "crossed fam. acc |",
             "|---|---|---|---|---|---|",
         ]
         for name, row in blind.items():

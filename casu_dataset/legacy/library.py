@@ -180,7 +180,7 @@ def _compile_one(f: Path, s: Scenario, letters: dict[str, str]) -> list[Scene]:
         qs.append(qq)
     out = [Scene(script, s.description.strip(), dict(s.types), qs, None, str(f))]
     if s.pair:
-        out.append(_variant(where, s, script, by_id))
+        out.append(_variant(where, s, s.pair, script, by_id))
     return out
 
 
@@ -193,8 +193,7 @@ def _check_types(where: str, s: Scenario, script: SceneScript) -> None:
         )
 
 
-def _variant(where: str, s: Scenario, script: SceneScript, by_id: dict[str, Question]) -> Scene:
-    p = s.pair
+def _variant(where: str, s: Scenario, p: Pair, script: SceneScript, by_id: dict[str, Question]) -> Scene:
     w = f"{where}: pair {p.id}"
     if p.question not in by_id:
         raise LibraryError(f"{w}: question: no question {p.question!r} in the scenario")

@@ -108,7 +108,8 @@ def check_folder(folder: str | Path) -> dict:
         "events",
         "annotation",
     ]
-    rows, profiles = [], defaultdict(dict)
+    rows: list[dict] = []
+    profiles: defaultdict[str, dict] = defaultdict(dict)
     for f in sorted((folder / "scenes").glob("*.parquet")):
         pf = pq.ParquetFile(str(f))
         for g in range(pf.num_row_groups):
@@ -202,12 +203,13 @@ def failures(s: dict) -> list[str]:
 def format_summary(s: dict) -> str:
     lines = [
         f"cue checks: {s['cues']} cues in {s['families']} families, {s['pairs']} fill pairs",
-        f"- audibility (>= {AUDIBLE_DB:g} dB over the rest in the cue's best frame): {len(s['inaudible'])} fail; "
-        f"median {s['audibility_median_db']} dB; {len(s.get('plain_below_0db', []))} below 0 dB unweighted",
-        f"- truth (fill description vs the clip's captions, MiniLM cosine): {len(s['untrue'])} below {TRUE_MIN:g} "
-        f"(fail), {len(s['to_read'])} in [{TRUE_MIN:g}, {TRUE_READ:g}) (for an honest reader)",
-        f"- distinctness (fills of a family >= {DISTINCT_MIN_DB:g} dB apart in band levels): {len(s['alike'])} "
-        "pairs sound alike",
+        f"- audibility (>= {AUDIBLE_DB:g} dB over the rest in the cue's best frame): {len(s['inaudible'])} "
+        f"fail; median {s['audibility_median_db']} dB; {len(s.get('plain_below_0db', []))} below 0 dB "
+        "unweighted",
+        f"- truth (fill description vs the clip's captions, MiniLM cosine): {len(s['untrue'])} below "
+        f"{TRUE_MIN:g} (fail), {len(s['to_read'])} in [{TRUE_MIN:g}, {TRUE_READ:g}) (for an honest reader)",
+        f"- distinctness (fills of a family >= {DISTINCT_MIN_DB:g} dB apart in band levels): "
+        f"{len(s['alike'])} pairs sound alike",
     ]
     for what, items in (("inaudible", s["inaudible"]), ("untrue", s["untrue"]), ("alike", s["alike"])):
         lines += [f"  {what}: " + " ".join("/".join(map(str, i)) for i in items)] if items else []

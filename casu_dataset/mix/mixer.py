@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,14 +239,14 @@ def _plan(
     bed_len = clips[sources.background.path].audio.shape[0]
     bg_offset = int(rng.integers(0, bed_len - n + 1)) if bed_len >= n else 0
     events = []
-    for s, d in zip(tl.events, event_durs):
-        off = min(s.onset + d, tl.duration)
+    for span, d in zip(tl.events, event_durs):
+        off = min(span.onset + d, tl.duration)
         events.append(
             {
-                "onset_samples": int(round(s.onset * sr)),
-                "onset": s.onset,
+                "onset_samples": int(round(span.onset * sr)),
+                "onset": span.onset,
                 "offset": off,
-                "length_samples": int(round((off - s.onset) * sr)),
+                "length_samples": int(round((off - span.onset) * sr)),
             }
         )
     return {
@@ -271,7 +272,7 @@ def _unit_layers(plan: dict, sources: SceneSources, clips: dict[str, Clip], cfg:
     n = plan["num_samples"]
     bed_clip = clips[sources.background.path]
     bed, _ = _bed_segment(bed_clip.audio, n, plan["background"]["offset_samples"], cfg)
-    placed = {"speech": [], "events": []}
+    placed: dict[str, list] = {"speech": [], "events": []}
     for src, tp in zip(sources.turns, plan["turns"]):
         c = clips[src.path]
         placed["speech"].append((tp["onset_samples"], c.audio, c))
@@ -306,7 +307,9 @@ def _measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cac
     else:
         kw_bed, _ = _bed_segment(kw_full, n, off, cfg)
     bed_lufs = gated_lufs(kw_bed, sr)
-    gains = {"background": {"stem": db_to_gain(ref - bed_lufs), "measured_unit_lufs": bed_lufs}}
+    gains: dict[str, dict] = {
+        "background": {"stem": db_to_gain(ref - bed_lufs), "measured_unit_lufs": bed_lufs}
+    }
     for layer in ("speech", "events"):
         items = placed[layer]
         if not items:
@@ -355,7 +358,7 @@ def _render(
     mixture += stems["events"]
     peak = max(float(mixture.max()), -float(mixture.min())) if n else 0.0
     forced = clip_gain is not None
-    if forced:
+    if clip_gain is not None:
         if peak * clip_gain > cfg.peak_limit * (1 + 1e-6):
             raise ValueError(
                 f"forced clip gain {clip_gain:.6f} leaves a peak of {peak * clip_gain:.4f} "
@@ -525,7 +528,7 @@ def _check_sources(ann: dict, where: str) -> None:
 
 
 def regenerate(
-    annotation: dict | str | Path, search_dirs: list[str | Path] = (), cache: ClipCache | None = None
+    annotation: dict | str | Path, search_dirs: Sequence[str | Path] = (), cache: ClipCache | None = None
 ) -> MixResult:
     """Rebuild a scene from its annotation and the source files; checks every source hash."""
     where = "<annotation>"

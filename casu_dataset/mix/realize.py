@@ -18,7 +18,7 @@ from casu_dataset.mix.mixer import (
     compose,
 )
 from casu_dataset.script.schema import SceneScript
-from casu_dataset.sounds.retrieval import Retriever
+from casu_dataset.sounds.retrieval import Match, Retriever
 from casu_dataset.speech.layer import SpeechSynth, build_speech_layer
 from casu_dataset.speech.voices import VoiceRegistry
 
@@ -59,7 +59,8 @@ class SceneBuilder:
             min_duration=script.max_duration,
             allow_loop=True,
         )
-        used, events = {bed.clip.id}, [None] * len(script.events)
+        used = {bed.clip.id}
+        events: list[Match | None] = [None] * len(script.events)  # filled in `order`
         order = sorted(range(len(script.events)), key=lambda j: script.events[j].window is not None)
         for j in order:
             e = script.events[j]
@@ -179,10 +180,10 @@ def make_builder(spec: dict) -> SceneBuilder:
     from casu_dataset.speech.voices import VoiceRegistry
 
     cache = Path(spec["cache"]) if spec.get("cache") else None
-    catalog = None
-    for c in spec.get("catalogs") or ["embedded"]:
-        one = load_catalog(c)
-        catalog = one if catalog is None else catalog.merged(one)
+    names = spec.get("catalogs") or ["embedded"]
+    catalog = load_catalog(names[0])
+    for c in names[1:]:
+        catalog = catalog.merged(load_catalog(c))
     retriever = Retriever(
         catalog, Embedder(spec.get("embedding_model")), alpha=spec.get("alpha", 0.6), cache_dir=cache
     )

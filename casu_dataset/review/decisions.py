@@ -22,6 +22,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.contract import DATASET_LETTERS, mcq_tasks
 from casu_dataset.core.errors import CasuError
@@ -100,7 +101,8 @@ def validate(rec: dict) -> dict:
         elif rec["kind"] != "question":
             raise DecisionError(f"only questions can be edited ({rec['kind']}s are accepted or rejected)")
         else:
-            out["edit"] = _question_edit(rec.get("edit"))
+            assert isinstance(e, dict)  # refused above unless an object
+            out["edit"] = _question_edit(e)
     return out
 
 
@@ -162,7 +164,7 @@ def _family_edit(e) -> dict:
         raise DecisionError(
             f"edit: unknown fields {sorted(extra)} (a family question edit has question, options)"
         )
-    out = {}
+    out: dict[str, Any] = {}
     if "question" in e:
         out["question"] = _question_text(e)
     if "options" in e:
@@ -186,7 +188,10 @@ def option_moves(old: list[str], new: list[str]) -> str | None:
     from difflib import SequenceMatcher
 
     if len(old) != len(new):
-        return f"edit.options: {len(new)} options for {len(old)} (the order and count are shared by the variants)"
+        return (
+            f"edit.options: {len(new)} options for {len(old)} "
+            "(the order and count are shared by the variants)"
+        )
 
     def sim(a: str, b: str) -> float:
         return SequenceMatcher(None, a.lower().strip(), b.lower().strip()).ratio()

@@ -29,6 +29,7 @@ import socket
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.contract import SCENES_CONFIG, mcq_configs, mcq_tasks
 from casu_dataset.core.errors import CasuError
@@ -227,7 +228,8 @@ class ReviewData:
             raise KeyError(fid)
         rv = self.log.review()
         s0 = self.scenes[sids[0]]
-        variants, speech = [], {}
+        variants: list = []
+        speech: dict[str, dict[str, Any]] = {}
         for sid in sids:
             s = self.scenes[sid]
             ann = json.loads(s["annotation"])
@@ -397,8 +399,13 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
             self.close_connection = True  # the unread body (if any) must not be taken for a request
             return self._json({"error": msg}, code)
 
+        def _port(self) -> int:
+            addr = self.server.server_address  # typed for every socket family; this one is TCP
+            assert isinstance(addr, tuple)
+            return addr[1]
+
         def _foreign_host(self) -> str | None:
-            port = self.server.server_address[1]
+            port = self._port()
             host = self.headers.get("Host")
             if not host_ok(host, names, port):
                 return f"Host {host!r} is not this review server's (DNS rebinding?); open http://127.0.0.1:{port}/"
@@ -434,7 +441,7 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
             why = self._foreign_host()
             if why:
                 return HTTPStatus.FORBIDDEN, why
-            port = self.server.server_address[1]
+            port = self._port()
             origin = self.headers.get("Origin")
             if origin is not None:
                 # Same origin means the same scheme, host and port as the (already checked) Host the
@@ -500,11 +507,15 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
     return Handler
 
 
+class ReviewServer(ThreadingHTTPServer):
+    token = ""  # the session token the page carries (serve sets it)
+
+
 def serve(dataset: str | Path, host: str = "127.0.0.1", port: int = 8765, reviewer: str = "reviewer"):
     """The review server (not started) and its data; a per-session token goes into the page."""
     data = ReviewData(dataset)
     token = secrets.token_urlsafe(32)
-    srv = ThreadingHTTPServer((host, port), make_handler(data, reviewer, token, host))
+    srv = ReviewServer((host, port), make_handler(data, reviewer, token, host))
     srv.token = token
     if not is_loopback(host):
         bar = "!" * 78

@@ -85,8 +85,9 @@ def resolve(
     t = drawn["lead_in_s"]
     for j, e in enumerate(ev):
         if isinstance(e.anchor, AtStart):
-            ev_spans[j] = Span(e.anchor.offset, e.anchor.offset + event_durs[j])
-            t = max(t, ev_spans[j].offset + _draw_event_gap(rng, cfg, drawn))
+            span = Span(e.anchor.offset, e.anchor.offset + event_durs[j])
+            ev_spans[j] = span
+            t = max(t, span.offset + _draw_event_gap(rng, cfg, drawn))
         elif isinstance(e.anchor, AtTime):
             ev_spans[j] = Span(e.anchor.time, e.anchor.time + event_durs[j])
 
@@ -101,9 +102,12 @@ def resolve(
             else:
                 drawn["overlaps_s"].append(0.0)
             held = [
-                ev_spans[j]
-                for j, e in enumerate(ev)
-                if isinstance(e.anchor, AfterTurn) and e.anchor.turn == i - 1 and e.anchor.hold_speech
+                s
+                for s, e in zip(ev_spans, ev)
+                if s is not None
+                and isinstance(e.anchor, AfterTurn)
+                and e.anchor.turn == i - 1
+                and e.anchor.hold_speech
             ]
             if held:
                 t = max(t, max(s.offset for s in held) + _draw_event_gap(rng, cfg, drawn))
@@ -143,13 +147,15 @@ def resolve(
             f"scene {script.id}: the timeline needs {needed:.2f} s but the scene is limited to "
             f"{duration:g} s ({speech:.1f} s of speech in {len(turn_durs)} turns, {len(ev)} events)"
         )
+    events: list[Span] = []
     for j, s in enumerate(ev_spans):
+        if s is None:  # an anchor to no turn of the script: it was never placed
+            raise TimelineError(f"scene {script.id}: events[{j}] ({ev[j].id}): its anchor names no turn")
         if s.offset > duration:
             notes.append(f"events[{j}]: cut at the scene end ({s.offset:.2f} s > {duration:.2f} s)")
             s.offset = duration
-    return Timeline(
-        turns=turns, events=[s for s in ev_spans], duration=float(duration), drawn=drawn, notes=notes
-    )
+        events.append(s)
+    return Timeline(turns=turns, events=events, duration=float(duration), drawn=drawn, notes=notes)
 
 
 def _draw_event_gap(rng, cfg, drawn) -> float:

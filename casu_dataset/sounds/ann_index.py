@@ -24,6 +24,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,8 @@ class AnnParams:
 class AnnIndex:
     """One IVF index per group (clip kind), ids global: a kind constraint costs no filtering."""
 
-    def __init__(self, parts: dict[str, tuple[object, np.ndarray]], params: AnnParams, n: int):
+    # parts: group -> (faiss IVF index, clip ids); faiss is imported on demand and has no type information
+    def __init__(self, parts: dict[str, tuple[Any, np.ndarray]], params: AnnParams, n: int):
         self.parts, self.params, self.n = parts, params, n  # group -> (faiss index, its clip indices)
 
     @classmethod
@@ -113,12 +115,13 @@ class AnnIndex:
                 }
             return cls(parts, params, len(joint))
         ann = cls.build(joint, groups, params)
-        arrays = {"groups": np.array(list(ann.parts))}
+        arrays: dict[str, np.ndarray] = {"groups": np.array(list(ann.parts))}
         for i, (ix, ids) in enumerate(ann.parts.values()):
             arrays[f"index{i}"], arrays[f"ids{i}"] = faiss.serialize_index(ix), ids
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic.atomic_open(path, "wb") as f:  # a concurrent reader sees no file or the whole file
-            np.savez(f, **arrays)
+            # the unpacked names are array names; mypy matches them against savez's allow_pickle too
+            np.savez(f, **arrays)  # type: ignore[arg-type]
         return ann
 
     def describe(self) -> str:
@@ -143,7 +146,7 @@ class AnnIndex:
             if frac == 0.0:
                 continue
             sp = faiss.SearchParametersIVF(nprobe=min(ix.nlist, math.ceil(self.params.nprobe / frac)))
-            if frac < 1.0:
+            if mask is not None and frac < 1.0:  # (frac < 1 only with a mask)
                 sp.sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))  # `bits` outlives the search
             out.append(ix.search(q, min(r, len(ids)), params=sp)[1])
         return np.concatenate(out, axis=1) if out else np.full((len(q), r), -1, dtype=np.int64)

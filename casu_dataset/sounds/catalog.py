@@ -94,7 +94,7 @@ class Catalog:
         self._lazy: dict[str, source_check.CheckCache] = dict(lazy or {})  # clip id -> checker, until checked
         self.verdicts: dict[str, str | None] = {}  # lazily checked clips: id -> reason, None if usable
         self.measured_duration: dict[str, float] = {}
-        ids = {}
+        ids: dict[str, int] = {}
         for i, c in enumerate(clips):
             if c.id in ids:
                 raise CatalogError(

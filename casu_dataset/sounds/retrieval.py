@@ -223,7 +223,8 @@ class Retriever:
 
     @functools.cached_property
     def content_key(self) -> str:
-        """What the vectors are a function of (keys the index cache): the catalog and model, or their bytes."""
+        """What the vectors are a function of (keys the index cache): the catalog and model, or their
+        bytes."""
         if self._given is None:
             return f"catalog|{self.embedder.model_name}|{EMBED_VERSION}|{self.catalog.fingerprint()}"
         joint = self.joint
@@ -247,7 +248,8 @@ class Retriever:
         joint = torch.from_numpy(self.joint)
         sd = torch.from_numpy(quantize(qd)) @ joint[:, :dim].T
         sk = torch.from_numpy(quantize(qk)) @ joint[:, dim:].T
-        return sd * np.float32(a) + sk * np.float32(1.0 - a)
+        # torch's stubs leave out numpy scalars, which it takes (the weights are rounded to float32 here)
+        return sd * np.float32(a) + sk * np.float32(1.0 - a)  # type: ignore[operator]
 
     # --- the approximate index ------------------------------------------------------------
     def uses_ann(self) -> bool:
@@ -454,7 +456,7 @@ def _digest(*arrays: np.ndarray) -> str:
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(memoryview(a).cast("B"))
+        h.update(a.data.cast("B"))  # the array's buffer (memoryview(a): numpy's 3.11 stubs lack __buffer__)
     return h.hexdigest()[:24]
 
 

@@ -144,8 +144,9 @@ def assign_voices(
         ]
         if not pairs:
             raise VoiceAssignmentError(
-                f"scene {script.id}: speakers {ids[0]} and {ids[1]}: every pair of candidate voices is within "
-                f"{MIN_SEMITONES} semitones ({', '.join(v.id for v in pools[0])} / {', '.join(v.id for v in pools[1])})"
+                f"scene {script.id}: speakers {ids[0]} and {ids[1]}: every pair of candidate voices is "
+                f"within {MIN_SEMITONES} semitones ({', '.join(v.id for v in pools[0])} / "
+                f"{', '.join(v.id for v in pools[1])})"
             )
     a, b = pairs[int(rng.integers(len(pairs)))]
     return {ids[0]: a, ids[1]: b}

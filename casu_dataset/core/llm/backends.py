@@ -22,6 +22,7 @@ import os
 import random
 import threading
 import time
+from typing import Any
 
 from casu_dataset.core.errors import CasuError
 
@@ -141,7 +142,7 @@ class OpenAIBackend:
     ) -> str:
         import openai
 
-        payload = {
+        payload: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "max_tokens": max_tokens,
@@ -182,7 +183,10 @@ class OpenAIBackend:
                         self._count("rate_limited", pause)
                         time.sleep(pause)
                         continue
-                    last = f"HTTP 429 after waiting {waited:.0f} s of the {self.rate_limit_wait:g} s rate-limit budget"
+                    last = (
+                        f"HTTP 429 after waiting {waited:.0f} s of the {self.rate_limit_wait:g} s "
+                        "rate-limit budget"
+                    )
                     attempt = self.max_retries  # the budget is spent: give up now
             except openai.APIConnectionError as err:  # includes APITimeoutError
                 cause = err.__cause__ or err
