@@ -14,9 +14,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 
 log = logging.getLogger(__name__)
 
@@ -26,29 +26,9 @@ EXECUTORS = ("local", "ray")
 LOCK_MODES = ("follow", "relock", "ignore")
 
 
-@dataclass(frozen=True)
-class Field:
-    """A config field named in an error; `value` picks one value of it (lock="relock")."""
-
-    name: str
-    value: str | None = None
-
-    def __str__(self) -> str:
-        return self.name if self.value is None else f"{self.name}={self.value}"
-
-
-class ConfigError(CasuError, ValueError):
-    """A BuildConfig value (or what it points to) that cannot be built. The message is made of
-    text and Fields, so each caller names a field its own way: `str()` uses the field names,
-    the CLI its flags (`render`)."""
-
-    def __init__(self, *parts: str | Field):
-        self.parts = parts
-        self.fields = tuple(p for p in parts if isinstance(p, Field))
-        super().__init__(self.render(str))
-
-    def render(self, name: Callable[[Field], str]) -> str:
-        return "".join(name(p) if isinstance(p, Field) else p for p in self.parts)
+class ConfigError(FieldError, ValueError):
+    """A BuildConfig value (or what it points to) that cannot be built; its message names the
+    field (`str()`), or the CLI's flag (`render`)."""
 
 
 def out_problem(path: str | Path) -> str | None:
