@@ -262,7 +262,7 @@ def build(config: BuildConfig) -> BuildResult:
         try:
             require_ray()
         except ImportError as err:
-            raise ConfigError(str(err)) from None
+            raise ConfigError(Field("executor", "ray"), f": {err}") from None
     lib = config.library()
     if not lib.exists():
         raise ConfigError(Field("scenarios"), f" {config.scenarios}: no such file or folder")
@@ -341,7 +341,7 @@ def build(config: BuildConfig) -> BuildResult:
             relock=lib if config.lock == "relock" else None,
         )
     except (BuildError, LockError) as err:  # a lock the build contradicts fails the build, as a skip does
-        failed = BuildError(f"build failed: {err}")
+        failed = BuildError("build failed: ", *err.parts)  # the parts: the CLI still shows its flags
         failed.report = getattr(err, "report", None)
         raise failed from err
     t2 = time.perf_counter()

@@ -155,7 +155,7 @@ def test_shards_merge_to_the_single_build(built, builder, work):
     merged = merge_folders(work / "merged", [work / "shard0", work / "shard1"])
     assert sorted(merged.built) == sorted(rep.built)
     assert _bytes(out) == _bytes(work / "merged")
-    with pytest.raises(ValueError, match="--shard-index 2 must be in"):
+    with pytest.raises(ValueError, match="^shard_index 2 must be in"):
         build_dataset(work / "x", scenes, builder, num_shards=2, shard_index=2, progress=False)
 
 

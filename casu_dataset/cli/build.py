@@ -32,6 +32,7 @@ FLAGS = {
     "check_speech": "--no-check-speech",
     "name": "--name",
     "max_skips": "--max-skips",
+    "max_skips=None": "--allow-skips",
 }
 
 

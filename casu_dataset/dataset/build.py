@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from casu_dataset import __version__
+from casu_dataset.api import ConfigError
 from casu_dataset.contract import (
     DESCRIPTION_TASK,
     FAMILY_FIELDS,
@@ -40,7 +41,7 @@ from casu_dataset.contract import (
     mcq_configs,
 )
 from casu_dataset.core import atomic, cache_layout
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 from casu_dataset.dataset.card import (
     DATASET_VERSION,
     DEFAULT_NAME,
@@ -65,7 +66,7 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class BuildError(CasuError, RuntimeError):
+class BuildError(FieldError, RuntimeError):
     """A build that must not write its folder (no scene built, too many skipped)."""
 
     exit_code = 1
@@ -250,7 +251,7 @@ def write_parquet(rows: list[dict], config: str, path: Path) -> None:
 def shard_of(scene_ids: list[str], num_shards: int, shard_index: int) -> list[str]:
     """A deterministic slice: every num_shards-th scene of the sorted ids."""
     if not 0 <= shard_index < num_shards:
-        raise ValueError(f"--shard-index {shard_index} must be in [0, {num_shards})")
+        raise ConfigError(Field("shard_index"), f" {shard_index} must be in [0, {num_shards})")
     return sorted(scene_ids)[shard_index::num_shards]
 
 
@@ -316,7 +317,10 @@ def build_dataset(
     report = BuildReport()
     lock = getattr(builder, "lock", None)
     if lock is not None and relock is not None:
-        raise ValueError("relock: the builder already follows a lock; build the new reference without it")
+        raise ConfigError(
+            Field("lock", "relock"),
+            ": the builder already follows a lock; build the new reference without it",
+        )
     if lock is not None:
         report.lock = {
             "file": lock.path.name,
@@ -404,9 +408,10 @@ def build_dataset(
         if relock is not None:
             if report.skipped:
                 raise BuildError(
-                    f"--relock: {len(report.skipped)} scenes were skipped; a lock covers the whole "
+                    Field("lock", "relock"),
+                    f": {len(report.skipped)} scenes were skipped; a lock covers the whole "
                     f"library, so nothing was written (first: {report.skipped[0]['scene_id']}: "
-                    f"{report.skipped[0]['reason']})"
+                    f"{report.skipped[0]['reason']})",
                 )
 
             def on_configs(hashes):
@@ -463,8 +468,11 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
     elif max_skips is not None and len(report.skipped) > max_skips:
         err = BuildError(
             f"{len(report.skipped)} scenes skipped (allowed: {max_skips}); nothing written to {out} "
-            "(a larger max_skips, or None: --max-skips N or --allow-skips, writes the dataset without "
-            f"them){reasons()}"
+            "(a larger ",
+            Field("max_skips"),
+            ", or ",
+            Field("max_skips", "None"),
+            f", writes the dataset without them){reasons()}",
         )
     else:
         return
@@ -636,7 +644,7 @@ class FolderWriter:
     def _swap(self) -> None:
         if self.out.exists():
             if not self.out.is_dir():
-                raise BuildError(f"--out {self.out}: is a file, not a folder")
+                raise BuildError(Field("out"), f" {self.out}: is a file, not a folder")
             keep = self.out / ".cache"  # the Hub upload's resume state belongs to the folder, not a build
             if keep.is_dir() and not (self.stage / ".cache").exists():
                 shutil.copytree(keep, self.stage / ".cache")

@@ -217,6 +217,6 @@ def load_catalog(spec: str):
     if spec.endswith(".json"):
         return Catalog.from_manifest(spec)
     raise CatalogError(
-        f"--catalog {spec!r}: expected embedded, a manifest.json, clotho:CSV:AUDIO[:META], "
+        f"catalog {spec!r}: expected embedded, a manifest.json, clotho:CSV:AUDIO[:META], "
         "fsd50k:CSV:AUDIO or arca23k:CSV:AUDIO"
     )
