@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -304,7 +304,7 @@ def build(config: BuildConfig) -> BuildResult:
             [s.script.id for s in scenes],
         )
     if lock is not None:
-        builder.lock, spec["lock"] = lock, str(lock.path)
+        builder.lock = lock  # build_dataset hands it on to worker processes (their builder spec)
         if config.progress:
             log.info(
                 "following the realization lock %s (%s): no retrieval or Whisper decision is made",
@@ -320,26 +320,10 @@ def build(config: BuildConfig) -> BuildResult:
         )
     t1 = time.perf_counter()
     try:
-        rep = build_dataset(
-            config.out,
-            scenes,
-            builder,
-            seed=config.seed,
-            cache_dir=config.cache,
-            progress=config.progress,
-            command=config.command,
-            num_shards=config.num_shards,
-            shard_index=config.shard_index,
-            num_proc=config.num_proc,
-            invalid=invalid,
-            builder_spec=spec,
-            review_file=config.review_file,
-            name=config.name or library_name(lib),
-            max_skips=config.max_skips,
-            executor=config.executor,
-            ray_options={"address": config.ray_address, "num_gpus": config.ray_num_gpus},
-            relock=lib if config.lock == "relock" else None,
-        )
+        # A library without a name is named by its file or folder (build_dataset's default is
+        # DEFAULT_NAME, for callers that build scenes of no library).
+        named = replace(config, name=config.name or library_name(lib))
+        rep = build_dataset(named, scenes, builder, invalid=invalid)
     except (BuildError, LockError) as err:  # a lock the build contradicts fails the build, as a skip does
         failed = BuildError("build failed: ", *err.parts)  # the parts: the CLI still shows its flags
         failed.report = getattr(err, "report", None)
