@@ -274,6 +274,8 @@ def build(config: BuildConfig) -> BuildResult:
     try:
         builder = make_builder(spec)
     except (CatalogError, OSError) as err:  # a missing manifest or audio folder, truncated JSON, a bad spec
+        if isinstance(err, CatalogError) and err.fields:  # a bad spec names the field itself
+            raise ConfigError(*err.parts) from err
         raise ConfigError(Field("catalogs"), f": {err}") from err
     catalog = builder.retriever.catalog
     rej = rejected_summary(catalog)
