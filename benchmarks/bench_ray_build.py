@@ -26,6 +26,7 @@ def _bytes(folder: Path) -> dict:
 def run(families: int = 6) -> dict:
     import ray
 
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
     from casu_dataset.mix.realize import make_builder
@@ -40,17 +41,10 @@ def run(families: int = 6) -> dict:
 
         def build(name, **kw):
             t = time.perf_counter()
-            rep = build_dataset(
-                d / name,
-                scenes,
-                make_builder(spec),
-                cache_dir=d / f"cache_{name}",
-                progress=False,
-                builder_spec=spec,
-                name="bench",
-                max_skips=None,
-                **kw,
+            config = BuildConfig(
+                out=d / name, cache=d / f"cache_{name}", progress=False, name="bench", max_skips=None, **kw
             )
+            rep = build_dataset(config, scenes, make_builder(spec), builder_spec=spec)
             return time.perf_counter() - t, rep
 
         build("warmup")  # synthesises every turn once: later runs share the speech cache

@@ -12,11 +12,11 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 
 log = logging.getLogger(__name__)
 
@@ -26,29 +26,9 @@ EXECUTORS = ("local", "ray")
 LOCK_MODES = ("follow", "relock", "ignore")
 
 
-@dataclass(frozen=True)
-class Field:
-    """A config field named in an error; `value` picks one value of it (lock="relock")."""
-
-    name: str
-    value: str | None = None
-
-    def __str__(self) -> str:
-        return self.name if self.value is None else f"{self.name}={self.value}"
-
-
-class ConfigError(CasuError, ValueError):
-    """A BuildConfig value (or what it points to) that cannot be built. The message is made of
-    text and Fields, so each caller names a field its own way: `str()` uses the field names,
-    the CLI its flags (`render`)."""
-
-    def __init__(self, *parts: str | Field):
-        self.parts = parts
-        self.fields = tuple(p for p in parts if isinstance(p, Field))
-        super().__init__(self.render(str))
-
-    def render(self, name: Callable[[Field], str]) -> str:
-        return "".join(name(p) if isinstance(p, Field) else p for p in self.parts)
+class ConfigError(FieldError, ValueError):
+    """A BuildConfig value (or what it points to) that cannot be built; its message names the
+    field (`str()`), or the CLI's flag (`render`)."""
 
 
 def out_problem(path: str | Path) -> str | None:
@@ -282,7 +262,7 @@ def build(config: BuildConfig) -> BuildResult:
         try:
             require_ray()
         except ImportError as err:
-            raise ConfigError(str(err)) from None
+            raise ConfigError(Field("executor", "ray"), f": {err}") from None
     lib = config.library()
     if not lib.exists():
         raise ConfigError(Field("scenarios"), f" {config.scenarios}: no such file or folder")
@@ -294,6 +274,8 @@ def build(config: BuildConfig) -> BuildResult:
     try:
         builder = make_builder(spec)
     except (CatalogError, OSError) as err:  # a missing manifest or audio folder, truncated JSON, a bad spec
+        if isinstance(err, CatalogError) and err.fields:  # a bad spec names the field itself
+            raise ConfigError(*err.parts) from err
         raise ConfigError(Field("catalogs"), f": {err}") from err
     catalog = builder.retriever.catalog
     rej = rejected_summary(catalog)
@@ -324,7 +306,7 @@ def build(config: BuildConfig) -> BuildResult:
             [s.script.id for s in scenes],
         )
     if lock is not None:
-        builder.lock, spec["lock"] = lock, str(lock.path)
+        builder.lock = lock  # build_dataset hands it on to worker processes (their builder spec)
         if config.progress:
             log.info(
                 "following the realization lock %s (%s): no retrieval or Whisper decision is made",
@@ -340,28 +322,12 @@ def build(config: BuildConfig) -> BuildResult:
         )
     t1 = time.perf_counter()
     try:
-        rep = build_dataset(
-            config.out,
-            scenes,
-            builder,
-            seed=config.seed,
-            cache_dir=config.cache,
-            progress=config.progress,
-            command=config.command,
-            num_shards=config.num_shards,
-            shard_index=config.shard_index,
-            num_proc=config.num_proc,
-            invalid=invalid,
-            builder_spec=spec,
-            review_file=config.review_file,
-            name=config.name or library_name(lib),
-            max_skips=config.max_skips,
-            executor=config.executor,
-            ray_options={"address": config.ray_address, "num_gpus": config.ray_num_gpus},
-            relock=lib if config.lock == "relock" else None,
-        )
+        # A library without a name is named by its file or folder (build_dataset's default is
+        # DEFAULT_NAME, for callers that build scenes of no library).
+        named = replace(config, name=config.name or library_name(lib))
+        rep = build_dataset(named, scenes, builder, invalid=invalid)
     except (BuildError, LockError) as err:  # a lock the build contradicts fails the build, as a skip does
-        failed = BuildError(f"build failed: {err}")
+        failed = BuildError("build failed: ", *err.parts)  # the parts: the CLI still shows its flags
         failed.report = getattr(err, "report", None)
         raise failed from err
     t2 = time.perf_counter()

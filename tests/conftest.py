@@ -120,6 +120,7 @@ def build_small(out: Path, lib_dir: Path):
     a library file of those families is written to `lib_dir`, then built as `casu build` does."""
     import yaml
 
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
 
@@ -128,13 +129,15 @@ def build_small(out: Path, lib_dir: Path):
     lib = lib_dir / "families.yaml"
     lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in HARNESS_FAMILIES], sort_keys=False))
     cache = Path(os.environ["CASU_CACHE"])
-    return build_dataset(out, compile_families(lib), _builder(cache), seed=0, cache_dir=cache, progress=False)
+    config = BuildConfig(out=out, cache=cache, progress=False, max_skips=None)
+    return build_dataset(config, compile_families(lib), _builder(cache))
 
 
 def build_small_v1(out: Path, lib_dir: Path):
     """Build the V1_SCENES of the v1 library into `out` (review decisions next to it are applied)."""
     import yaml
 
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.legacy.library import DEFAULT_DIR, compile_library
 
@@ -144,9 +147,8 @@ def build_small_v1(out: Path, lib_dir: Path):
         yaml.safe_dump([s for s in docs if s["id"] in V1_SCENES], sort_keys=False)
     )
     cache = Path(os.environ["CASU_CACHE"])
-    return build_dataset(
-        out, compile_library(lib_dir / "lib.yaml"), _builder(cache), seed=0, cache_dir=cache, progress=False
-    )
+    config = BuildConfig(out=out, cache=cache, progress=False, max_skips=None)
+    return build_dataset(config, compile_library(lib_dir / "lib.yaml"), _builder(cache))
 
 
 @pytest.fixture(scope="session")

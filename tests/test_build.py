@@ -14,11 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from casu_dataset.api import BuildConfig, ConfigError
 from casu_dataset.core.hub import plan_push, push
 from casu_dataset.dataset.build import CONFIGS, BuildError, build_dataset, merge_folders
 from casu_dataset.legacy.library import DEFAULT_DIR, compile_library
 
 SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one with a minimal pair
+
+
+def _config(out, cache, **kw) -> BuildConfig:
+    """These tests' build: seed 1, no progress bars; any number of skips unless max_skips says."""
+    return BuildConfig(out=out, seed=1, cache=cache, progress=False, **{"max_skips": None, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +65,7 @@ def builder(work, session_cache):
 def built(work, builder):
     invalid = []
     scenes = compile_library(work / "lib.yaml", invalid)
-    rep = build_dataset(
-        work / "out", scenes, builder, seed=1, cache_dir=work / "cache", progress=False, invalid=invalid
-    )
+    rep = build_dataset(_config(work / "out", work / "cache"), scenes, builder, invalid=invalid)
     return work / "out", rep, scenes, invalid
 
 
@@ -117,9 +121,7 @@ def test_invalid_script_is_skipped_and_reported_in_the_card(built):
 
 def test_rebuild_is_byte_identical_and_served_from_cache(built, builder, work):
     out, rep, scenes, invalid = built
-    rep2 = build_dataset(
-        work / "out2", scenes, builder, seed=1, cache_dir=work / "cache", progress=False, invalid=invalid
-    )
+    rep2 = build_dataset(_config(work / "out2", work / "cache"), scenes, builder, invalid=invalid)
     assert rep2.cached == len(rep2.built) == 5
     assert _bytes(out) == _bytes(work / "out2")
 
@@ -131,9 +133,7 @@ def test_interrupted_build_resumes(built, builder, work):
     done = sorted((cache / "build" / "scenes").iterdir())
     shutil.rmtree(done[0])  # as if killed before this scene finished
     (done[1] / "done").unlink()  # and this one was half written
-    rep3 = build_dataset(
-        work / "out3", scenes, builder, seed=1, cache_dir=cache, progress=False, invalid=invalid
-    )
+    rep3 = build_dataset(_config(work / "out3", cache), scenes, builder, invalid=invalid)
     assert rep3.cached == 3
     assert _bytes(out) == _bytes(work / "out3")
 
@@ -142,21 +142,16 @@ def test_shards_merge_to_the_single_build(built, builder, work):
     out, rep, scenes, invalid = built
     for i in range(2):
         build_dataset(
-            work / f"shard{i}",
+            _config(work / f"shard{i}", work / "cache", num_shards=2, shard_index=i),
             scenes,
             builder,
-            seed=1,
-            cache_dir=work / "cache",
-            progress=False,
-            num_shards=2,
-            shard_index=i,
             invalid=invalid if i == 0 else [],
         )
     merged = merge_folders(work / "merged", [work / "shard0", work / "shard1"])
     assert sorted(merged.built) == sorted(rep.built)
     assert _bytes(out) == _bytes(work / "merged")
-    with pytest.raises(ValueError, match="--shard-index 2 must be in"):
-        build_dataset(work / "x", scenes, builder, num_shards=2, shard_index=2, progress=False)
+    with pytest.raises(ConfigError, match=r"^shard_index 2: must be in 0\.\.1 for num_shards 2$"):
+        _config(work / "x", work / "cache", num_shards=2, shard_index=2)
 
 
 def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, builder, work):
@@ -165,9 +160,7 @@ def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, build
     out, rep, scenes, _ = built
     strict = replace(builder, min_score=0.99, cache=None)
     with pytest.raises(BuildError) as e:  # every scene skipped: the build fails, with the report
-        build_dataset(
-            work / "strict", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False
-        )
+        build_dataset(_config(work / "strict", work / "cache_strict"), scenes[:1], strict)
     rep4 = e.value.report
     assert rep4.built == [] and "RetrievalError" in rep4.skipped[0]["reason"]
     from casu_dataset.speech.voices import VoiceRegistry
@@ -179,12 +172,9 @@ def test_retrieval_below_threshold_and_failed_synthesis_are_skipped(built, build
     )
     with pytest.raises(BuildError) as e:
         build_dataset(
-            work / "mute",
+            _config(work / "mute", work / "cache_mute"),
             [s for s in scenes if s.script.id == "kitchen_kettle"],
             mute,
-            seed=1,
-            cache_dir=work / "cache_mute",
-            progress=False,
         )
     rep5 = e.value.report
     assert rep5.built == [] and "no adult female voice" in rep5.skipped[0]["reason"]
@@ -236,15 +226,7 @@ def test_num_proc_builds_the_same_bytes(built, work):
 
     b = make_builder(spec)
     rep6 = build_dataset(
-        work / "mp",
-        scenes,
-        b,
-        seed=1,
-        cache_dir=work / "cache_mp",
-        progress=False,
-        num_proc=2,
-        invalid=invalid,
-        builder_spec=spec,
+        _config(work / "mp", work / "cache_mp", num_proc=2), scenes, b, invalid=invalid, builder_spec=spec
     )
     assert rep6.built == rep.built
     a, b = _bytes(out), _bytes(work / "mp")
@@ -282,12 +264,7 @@ def test_kill_during_write_leaves_the_previous_dataset_readable(built, builder, 
     out, rep, scenes, invalid = built
     new = work / "kill_src"  # different content: one scene
     build_dataset(
-        new,
-        [s for s in scenes if s.script.id == "kitchen_kettle"],
-        builder,
-        seed=1,
-        cache_dir=work / "cache",
-        progress=False,
+        _config(new, work / "cache"), [s for s in scenes if s.script.id == "kitchen_kettle"], builder
     )
     target = work / "kill_target"
     shutil.copytree(out, target)
@@ -338,9 +315,7 @@ def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, b
     )
     for f in (dead_turn, live_turn):
         f.write_bytes(b"RIFF")
-    rep2 = build_dataset(
-        work / "stale_out", scenes, builder, seed=1, cache_dir=cache, progress=False, invalid=invalid
-    )
+    rep2 = build_dataset(_config(work / "stale_out", cache), scenes, builder, invalid=invalid)
     assert rep2.cached == 5
     assert not any(d.exists() for d in stale) and keep.is_dir()
     SpeechSynth(cache)
@@ -355,36 +330,16 @@ def test_skipped_scenes_fail_the_build_and_write_nothing(built, builder, work):
     shutil.copytree(out, target)
     before = _bytes(target)
     with pytest.raises(BuildError, match=r"(?s)1 scenes skipped \(allowed: 0\).*broken_scene"):
-        build_dataset(
-            target,
-            scenes,
-            builder,
-            seed=1,
-            cache_dir=work / "cache",
-            progress=False,
-            invalid=invalid,
-            max_skips=0,
-        )
+        build_dataset(_config(target, work / "cache", max_skips=0), scenes, builder, invalid=invalid)
     assert _bytes(target) == before
     strict = replace(builder, min_score=0.99, cache=None)  # every scene fails retrieval
     with pytest.raises(BuildError, match=r"no scene left to write \(0 built, 1 skipped\)"):
-        build_dataset(target, scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False)
+        build_dataset(_config(target, work / "cache_strict"), scenes[:1], strict)
     assert _bytes(target) == before
     with pytest.raises(BuildError, match="no scene left"):
-        build_dataset(
-            work / "never", scenes[:1], strict, seed=1, cache_dir=work / "cache_strict", progress=False
-        )
+        build_dataset(_config(work / "never", work / "cache_strict"), scenes[:1], strict)
     assert not (work / "never").exists()
-    rep2 = build_dataset(
-        target,
-        scenes,
-        builder,
-        seed=1,
-        cache_dir=work / "cache",
-        progress=False,
-        invalid=invalid,
-        max_skips=1,
-    )
+    rep2 = build_dataset(_config(target, work / "cache", max_skips=1), scenes, builder, invalid=invalid)
     assert len(rep2.built) == 5 and _bytes(target) == before
 
 

@@ -148,6 +148,53 @@ def test_cli_names_flags_for_config_fields(tmp_path):
     assert main(["build", "--out", str(tmp_path / "o"), "--ray-num-gpus", "1"]) == 2
 
 
+def test_library_errors_name_config_fields_and_the_cli_its_flags(tmp_path):
+    """Called from Python, the library names the field (lock=relock, shard_index, out, repo,
+    folder); the same error rendered by a command shows the flag the user typed."""
+    from casu_dataset.cli.build import flag
+    from casu_dataset.cli.common import long_flag
+    from casu_dataset.core.hub import HubError, check_repo_id, plan_push
+    from casu_dataset.dataset.build import BuildError, FolderWriter, shard_of
+    from casu_dataset.dataset.lock import LOCK_FORMAT, LOCK_VERSION, LockError, load_for, lock_path
+
+    lib = tmp_path / "lib.yaml"
+    lib.write_text("[]\n")
+    header = {"format": LOCK_FORMAT, "version": LOCK_VERSION, "scenes": 0, "library_sha256": "0" * 64}
+    lock_path(lib).write_text(json.dumps(header) + "\n")
+    with pytest.raises(LockError) as e:
+        load_for(lib, {}, {}, [])
+    assert "stale lock" in str(e.value) and "build with lock=relock" in str(e.value)
+    assert str(e.value).endswith(", or lock=ignore") and "--" not in str(e.value)
+    assert e.value.exit_code == 2
+    assert e.value.render(flag).endswith("build with --relock to make a new reference, or --no-lock")
+    with pytest.raises(ConfigError, match=r"^shard_index 2 must be in \[0, 2\)$") as e:
+        shard_of(["a", "b"], 2, 2)
+    assert e.value.render(flag).startswith("--shard-index 2 ")
+    (tmp_path / "file").write_text("x")
+    writer = FolderWriter(tmp_path / "file")
+    with pytest.raises(BuildError, match=r"^out .*file: is a file, not a folder$") as e:
+        writer._swap()
+    assert e.value.render(flag).startswith("--out ") and e.value.exit_code == 1
+    with pytest.raises(HubError, match=r"^repo 'x': expected ORG/NAME") as e:
+        check_repo_id("x")
+    assert e.value.render(long_flag).startswith("--repo 'x': ")
+    with pytest.raises(HubError, match=r"^folder .*: not a dataset folder") as e:
+        plan_push(tmp_path)
+    assert e.value.render(long_flag).startswith(f"--folder {tmp_path}: ")
+
+
+def test_no_library_error_names_a_flag():
+    """Outside cli/, errors name config fields or arguments (a command renders them as flags)."""
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted((ROOT / "casu_dataset").rglob("*.py"))
+        if "cli" not in p.relative_to(ROOT / "casu_dataset").parts
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"Error\(\s*f?[\"']--", line)
+    ]
+    assert hits == []
+
+
 IMPORT_CHECK = """
 import os, sys
 import huggingface_hub.constants as C

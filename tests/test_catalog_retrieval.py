@@ -205,5 +205,5 @@ def test_build_catalog_flag_formats(corpus):
     assert len(load_catalog("embedded")) >= 200
     assert len(load_catalog(f"clotho:{corpus / 'clotho_captions_development.csv'}:{corpus / 'audio'}")) == 2
     assert len(load_catalog(f"fsd50k:{corpus / 'dev.csv'}:{corpus / 'audio'}")) == 2
-    with pytest.raises(CatalogError, match="--catalog 'freesound:x': expected embedded"):
+    with pytest.raises(CatalogError, match="^catalogs 'freesound:x': expected embedded"):
         load_catalog("freesound:x")

@@ -11,6 +11,7 @@ from casu_dataset.mix import cue_checks as cc
 def built(tmp_path_factory, session_cache):
     from conftest import ROOT
 
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.families.compile import compile_families
     from casu_dataset.mix.mixer import MixConfig
@@ -29,12 +30,9 @@ def built(tmp_path_factory, session_cache):
     )
     out = tmp_path_factory.mktemp("cues") / "ds"
     build_dataset(
-        out,
+        BuildConfig(out=out, cache=session_cache, progress=False, max_skips=None),
         compile_families(ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"),
         b,
-        seed=0,
-        cache_dir=session_cache,
-        progress=False,
     )
     return out
 

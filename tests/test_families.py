@@ -305,6 +305,7 @@ def _path(entry: dict) -> str:
 @pytest.fixture(scope="module")
 def family_dataset(tmp_path_factory):
     """The fixture families built into a real dataset folder (no Whisper check: fast)."""
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.mix.mixer import MixConfig
     from casu_dataset.mix.realize import SceneBuilder
@@ -322,15 +323,8 @@ def family_dataset(tmp_path_factory):
         None,
     )
     out = tmp_path_factory.mktemp("families") / "v2"
-    rep = build_dataset(
-        out,
-        compile_families(FIXTURE),
-        b,
-        seed=0,
-        cache_dir=cache,
-        progress=False,
-        name="CASU-mini v2 fixture",
-    )
+    config = BuildConfig(out=out, cache=cache, progress=False, name="CASU-mini v2 fixture", max_skips=None)
+    rep = build_dataset(config, compile_families(FIXTURE), b)
     assert len(rep.built) == 8 and not rep.skipped
     return out
 

@@ -78,6 +78,7 @@ def test_load_items_decoded(casu_small, no_torchcodec):
 
 def test_load_family_fields(tmp_path, session_cache):
     """A v2 build of the two fixture contrast families: every item carries its family columns."""
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.families.compile import compile_families
     from casu_dataset.mix.mixer import MixConfig
@@ -96,7 +97,8 @@ def test_load_family_fields(tmp_path, session_cache):
     )
     fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
     out = tmp_path / "v2"
-    build_dataset(out, compile_families(fixture), b, seed=0, cache_dir=session_cache, progress=False)
+    config = BuildConfig(out=out, cache=session_cache, progress=False, max_skips=None)
+    build_dataset(config, compile_families(fixture), b)
     items = casu_dataset.load(out, "contextual_reasoning")
     assert items and all(i.family_id and i.variant and i.family_shape for i in items)
     assert len({i.family_id for i in items}) == 2

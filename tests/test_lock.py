@@ -42,18 +42,19 @@ def _builder(cache: Path, lock=None):
 
 
 def _build(out, lib, cache, lock=None, relock=False, scenes=None):
+    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
 
-    return build_dataset(
-        out,
-        scenes or compile_families(lib),
-        _builder(cache, lock),
-        seed=0,
-        cache_dir=cache,
+    config = BuildConfig(
+        out=out,
+        scenarios=lib,
+        cache=cache,
         progress=False,
         name="lock fixture",
-        relock=lib if relock else None,
+        lock="relock" if relock else "follow",
+        max_skips=None,
     )
+    return build_dataset(config, scenes or compile_families(lib), _builder(cache, lock))
 
 
 def _parquet_bytes(folder: Path) -> dict:

@@ -14,6 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
+from casu_dataset.api import BuildConfig  # noqa: E402
 from casu_dataset.dataset.build import build_dataset  # noqa: E402
 from casu_dataset.families.compile import compile_families  # noqa: E402
 from casu_dataset.mix.realize import make_builder  # noqa: E402
@@ -46,18 +47,10 @@ def spec(session_cache):
 
 
 def _build(out, scenes, spec, cache, executor="local"):
-    return build_dataset(
-        out,
-        scenes,
-        make_builder(spec),
-        seed=0,
-        cache_dir=cache,
-        progress=False,
-        builder_spec=spec,
-        executor=executor,
-        max_skips=None,
-        name="ray fixture",
+    config = BuildConfig(
+        out=out, cache=cache, progress=False, executor=executor, max_skips=None, name="ray fixture"
     )
+    return build_dataset(config, scenes, make_builder(spec), builder_spec=spec)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casu_dataset.cli.common import int_in
+from casu_dataset.cli.common import int_in, long_flag
 
 
 def add(sub) -> None:
@@ -21,7 +21,7 @@ def add(sub) -> None:
     p.add_argument("--families", default=None, help="packets: only these family ids (comma list)")
     p.add_argument("--per-packet", type=int_in(1), default=200, help="packets: items per packet file")
     p.add_argument("--out", default=None, help="score: also write the report here")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=run, flag=long_flag)  # make_packets' `families` is --families
 
 
 def run(args) -> int:

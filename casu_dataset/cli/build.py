@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 import time
 
-from casu_dataset.api import BuildConfig, Field, build
+from casu_dataset.api import BuildConfig, build
 from casu_dataset.cli.common import int_in, scene_flags
 from casu_dataset.contract import mcq_configs
+from casu_dataset.core.errors import Field
 
 #: the flag of each BuildConfig field (and of the field values that have a flag of their own)
 FLAGS = {
@@ -31,6 +32,7 @@ FLAGS = {
     "check_speech": "--no-check-speech",
     "name": "--name",
     "max_skips": "--max-skips",
+    "max_skips=None": "--allow-skips",
 }
 
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from casu_dataset.api import out_problem
+from casu_dataset.core.errors import Field
 
 
 def error(msg) -> None:
@@ -132,3 +133,9 @@ def builder(args, check_speech: bool):
             "catalogs": ["embedded"],
         }
     )
+
+
+def long_flag(f: Field) -> str:
+    """A library field named in an error as the flag of the same name (`out` -> --out), for the
+    commands whose flags are their arguments' names."""
+    return f"--{f.name}" if f.value is None else f"--{f.name} {f.value}"

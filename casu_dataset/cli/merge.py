@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from casu_dataset.cli.common import check_out, error
+from casu_dataset.cli.common import check_out, error, long_flag
 from casu_dataset.core.errors import CasuError
 
 
@@ -13,7 +13,7 @@ def add(sub) -> None:
     p = sub.add_parser("merge", help="join shard folders into one dataset")
     p.add_argument("--out", required=True)
     p.add_argument("shards", nargs="+")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=run, flag=long_flag)  # the folder writer's `out` is --out
 
 
 def _report_problem(f: Path) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from casu_dataset.cli.common import long_flag
+
 
 def add(sub) -> None:
     p = sub.add_parser("push", help="upload a built dataset folder to the Hugging Face Hub")
@@ -14,7 +16,8 @@ def add(sub) -> None:
     vis.add_argument("--private", action="store_true", help="create the repo private (the default)")
     p.add_argument("--dry_run", action="store_true", help="list the files that would be sent, upload nothing")
     # The one command that goes online (unless the user set HF_HUB_OFFLINE): see cli.main.
-    p.set_defaults(fn=run, online=True)
+    # hub.push's arguments (repo, folder) named in its errors are these flags
+    p.set_defaults(fn=run, online=True, flag=long_flag)
 
 
 def run(args) -> int:

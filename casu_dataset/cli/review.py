@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from casu_dataset.cli.common import error, int_in
+from casu_dataset.cli.common import error, int_in, long_flag
 
 
 def add(sub) -> None:
@@ -17,7 +17,7 @@ def add(sub) -> None:
         help="interface to bind (default: this machine only; any other is warned about)",
     )
     p.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"), help="default reviewer name")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=run, flag=long_flag)  # serve()'s `dataset` is --dataset
 
 
 def run(args) -> int:

@@ -10,13 +10,15 @@ import re
 from pathlib import Path
 
 from casu_dataset.core import atomic
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 
 # ORG/NAME as the Hub accepts it: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 chars.
+# push()'s arguments, named in its errors (the push command shows --repo and --folder).
+REPO, FOLDER = Field("repo"), Field("folder")
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
 
 
-class HubError(CasuError, ValueError):
+class HubError(FieldError, ValueError):
     """A bad repo id, or an upload that failed (the message names the flag and the reason)."""
 
 
@@ -26,11 +28,12 @@ class HubUploadError(HubError):
     exit_code = 5
 
 
-def check_repo_id(repo: str | None, flag: str = "--repo") -> str:
-    """`repo` when it is ORG/NAME, else HubError naming the flag (also for a missing repo: None)."""
+def check_repo_id(repo: str | None, flag: str | Field = REPO) -> str:
+    """`repo` when it is ORG/NAME, else HubError naming `flag` (also for a missing repo: None):
+    the field REPO, which the push command shows as its flag, or a caller's own flag text."""
     parts = repo.split("/") if isinstance(repo, str) else []
     if not isinstance(repo, str) or len(parts) != 2 or not all(_REPO_PART.match(p) for p in parts):
-        raise HubError(f"{flag} {repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
+        raise HubError(flag, f" {repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
     return repo
 
 
@@ -178,7 +181,7 @@ def can_gate() -> bool:
     return fn is not None and "gated" in inspect.signature(fn).parameters
 
 
-def _upload_error(err: BaseException, flag: str, repo: str, token: str | None) -> HubUploadError:
+def _upload_error(err: BaseException, flag: str | Field, repo: str, token: str | None) -> HubUploadError:
     from casu_dataset.core.redact import redact
 
     if isinstance(err, HubUploadError):
@@ -198,7 +201,7 @@ def _upload_error(err: BaseException, flag: str, repo: str, token: str | None) -
     # an HTTP error's first line says why; a card the Hub refused lists its errors on the next lines
     what = " ".join(lines) if isinstance(err, ValueError) else (lines[0] if lines else "")
     return HubUploadError(
-        redact(f"{flag} {repo}: upload failed ({type(err).__name__}: {what}){offline}", [token or ""])
+        flag, redact(f" {repo}: upload failed ({type(err).__name__}: {what}){offline}", [token or ""])
     )
 
 
@@ -215,7 +218,7 @@ def commit(
     api=None,
     token: str | None = None,
     private: bool = True,
-    flag: str = "--repo",
+    flag: str | Field = REPO,
     repo_type: str = "dataset",
     create_pr: bool = False,
     description: str | None = None,
@@ -260,7 +263,7 @@ def plan_push(folder: str | Path) -> list[str]:
 
     folder = Path(folder)
     if not (folder / "README.md").is_file():
-        raise HubError(f"--folder {folder}: not a dataset folder (no README.md card)")
+        raise HubError(FOLDER, f" {folder}: not a dataset folder (no README.md card)")
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     plan = list(filter_repo_objects(files, ignore_patterns=PUSH_IGNORE + DEFAULT_IGNORE_PATTERNS))
     return plan
@@ -296,4 +299,4 @@ def push(
     except Exception as err:  # noqa: BLE001 - ValueError: the Hub refused the card's metadata
         if not (is_network_error(err) or isinstance(err, ValueError)):
             raise
-        raise _upload_error(err, "--repo", repo, token) from None
+        raise _upload_error(err, REPO, repo, token) from None

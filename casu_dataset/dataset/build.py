@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from casu_dataset import __version__
+from casu_dataset.api import BuildConfig, ConfigError
 from casu_dataset.contract import (
     DESCRIPTION_TASK,
     FAMILY_FIELDS,
@@ -40,7 +41,7 @@ from casu_dataset.contract import (
     mcq_configs,
 )
 from casu_dataset.core import atomic, cache_layout
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 from casu_dataset.dataset.card import (
     DATASET_VERSION,
     DEFAULT_NAME,
@@ -65,7 +66,7 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class BuildError(CasuError, RuntimeError):
+class BuildError(FieldError, RuntimeError):
     """A build that must not write its folder (no scene built, too many skipped)."""
 
     exit_code = 1
@@ -250,7 +251,7 @@ def write_parquet(rows: list[dict], config: str, path: Path) -> None:
 def shard_of(scene_ids: list[str], num_shards: int, shard_index: int) -> list[str]:
     """A deterministic slice: every num_shards-th scene of the sorted ids."""
     if not 0 <= shard_index < num_shards:
-        raise ValueError(f"--shard-index {shard_index} must be in [0, {num_shards})")
+        raise ConfigError(Field("shard_index"), f" {shard_index} must be in [0, {num_shards})")
     return sorted(scene_ids)[shard_index::num_shards]
 
 
@@ -275,48 +276,52 @@ def build_settings(builder, seed: int, command: str, name: str = DEFAULT_NAME) -
 
 
 def build_dataset(
-    out: str | Path,
+    config: BuildConfig,
     scenes: list,
     builder,
-    seed: int = 0,
-    cache_dir: str | Path | None = None,
-    progress: bool = True,
-    command: str = "",
-    num_shards: int = 1,
-    shard_index: int = 0,
-    num_proc: int = 1,
     invalid: list[dict] | None = None,
     builder_spec: dict | None = None,
-    review_file: str | Path | None = None,
-    name: str = DEFAULT_NAME,
-    max_skips: int | None = None,
-    executor: str = "local",
-    ray_options: dict | None = None,
-    relock: str | Path | None = None,
 ) -> BuildReport:
-    """`executor`: "local" (this process, or `num_proc` spawned workers) or "ray" (one Ray task per
-    unit, `ray_options`: address, num_gpus, max_retries; see ray_executor.py). Either only fills
+    """Build the folder `config.out` from the compiled `scenes` with `builder` (its `lock`, when it
+    has one, is followed). What the config cannot hold is passed: `invalid`, the scripts that
+    failed validation upstream (reported as skipped, and in the card), and `builder_spec`, how
+    worker processes make their own builder (num_proc > 1, executor "ray"; default:
+    config.builder_spec() and the builder's lock).
+
+    `config.executor`: "local" (this process, or `num_proc` spawned workers) or "ray" (one Ray
+    task per unit on `ray_address`, `ray_num_gpus` each; see ray_executor.py). Either only fills
     the scene cache; the folder is then assembled here from the cache in a fixed order, so every
     executor writes the same bytes.
 
-    `review_file` (default `<out>.decisions.jsonl` when it exists): human review decisions
+    `config.review_file` (default `<out>.decisions.jsonl` when it exists): human review decisions
     to apply; corrupt lines in it are reported (and skipped), never fatal.
 
-    Raises BuildError, writing nothing, when no scene is left or when more than `max_skips`
+    Raises BuildError, writing nothing, when no scene is left or when more than `config.max_skips`
     scenes were skipped (None: any number); the previous folder at `out` stays as it was.
 
-    A builder with a `lock` (casu_dataset/dataset/lock.py) realizes every scene from it and reports each
-    as reproduced or drifted; `relock` (the library's path) makes the decisions afresh and writes
-    the library's lock from this build."""
+    A builder with a `lock` (casu_dataset/dataset/lock.py) realizes every scene from it and reports
+    each as reproduced or drifted; `config.lock` "relock" makes the decisions afresh and writes the
+    lock of the library `config.scenarios` from this build. `config.name` None: DEFAULT_NAME (api.build
+    names a library by its file or folder first)."""
     from tqdm import tqdm
 
-    out = Path(out)
-    cache_dir = cache_layout.build_dir(cache_dir)
+    out = Path(config.out)
+    seed, progress, executor, num_proc = config.seed, config.progress, config.executor, config.num_proc
+    relock = config.library() if config.lock == "relock" else None
+    if builder_spec is None:
+        builder_spec = config.builder_spec()
+        if getattr(builder, "lock", None) is not None:  # workers follow the lock the builder follows
+            builder_spec["lock"] = str(builder.lock.path)
+    ray_options = {"address": config.ray_address, "num_gpus": config.ray_num_gpus}
+    cache_dir = cache_layout.build_dir(config.cache)
     clean_scene_cache(cache_dir)
     report = BuildReport()
     lock = getattr(builder, "lock", None)
     if lock is not None and relock is not None:
-        raise ValueError("relock: the builder already follows a lock; build the new reference without it")
+        raise ConfigError(
+            Field("lock", "relock"),
+            ": the builder already follows a lock; build the new reference without it",
+        )
     if lock is not None:
         report.lock = {
             "file": lock.path.name,
@@ -332,7 +337,7 @@ def build_dataset(
     rows: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
     from casu_dataset.review.decisions import decisions_path, load
 
-    rf = Path(review_file) if review_file else decisions_path(out)
+    rf = Path(config.review_file) if config.review_file else decisions_path(out)
     rv = load(rf) if rf.is_file() else None
     from casu_dataset.review.apply import apply_review
 
@@ -340,7 +345,7 @@ def build_dataset(
     written: dict[str, list[str]] = {c: [] for c in dataset_configs()}  # row digests
     # A contrast family is one unit of work (and of sharding): all its variants or none.
     units = build_units(scenes)
-    keep = set(shard_of(list(units), num_shards, shard_index))
+    keep = set(shard_of(list(units), config.num_shards, config.shard_index))
     mine = [units[k] for k in sorted(keep)]
     try:
         t0 = time.perf_counter()
@@ -397,16 +402,17 @@ def build_dataset(
             raise RuntimeError(
                 "review decisions applied per unit and to the whole build disagree; nothing written"
             )
-        check_writable(out, rows, report, max_skips)
+        check_writable(out, rows, report, config.max_skips)
         t0 = time.perf_counter()
-        settings = build_settings(builder, seed, command, name)
+        settings = build_settings(builder, seed, config.command, config.name or DEFAULT_NAME)
         on_configs = None
         if relock is not None:
             if report.skipped:
                 raise BuildError(
-                    f"--relock: {len(report.skipped)} scenes were skipped; a lock covers the whole "
+                    Field("lock", "relock"),
+                    f": {len(report.skipped)} scenes were skipped; a lock covers the whole "
                     f"library, so nothing was written (first: {report.skipped[0]['scene_id']}: "
-                    f"{report.skipped[0]['reason']})"
+                    f"{report.skipped[0]['reason']})",
                 )
 
             def on_configs(hashes):
@@ -463,8 +469,11 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
     elif max_skips is not None and len(report.skipped) > max_skips:
         err = BuildError(
             f"{len(report.skipped)} scenes skipped (allowed: {max_skips}); nothing written to {out} "
-            "(a larger max_skips, or None: --max-skips N or --allow-skips, writes the dataset without "
-            f"them){reasons()}"
+            "(a larger ",
+            Field("max_skips"),
+            ", or ",
+            Field("max_skips", "None"),
+            f", writes the dataset without them){reasons()}",
         )
     else:
         return
@@ -636,7 +645,7 @@ class FolderWriter:
     def _swap(self) -> None:
         if self.out.exists():
             if not self.out.is_dir():
-                raise BuildError(f"--out {self.out}: is a file, not a folder")
+                raise BuildError(Field("out"), f" {self.out}: is a file, not a folder")
             keep = self.out / ".cache"  # the Hub upload's resume state belongs to the folder, not a build
             if keep.is_dir() and not (self.stage / ".cache").exists():
                 shutil.copytree(keep, self.stage / ".cache")

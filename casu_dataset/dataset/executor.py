@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from casu_dataset.api import ConfigError
+from casu_dataset.core.errors import Field
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
 
@@ -37,16 +39,20 @@ def prebuild(
     """Fill the scene cache ahead of assembly ("ray", or "local" with num_proc > 1); a no-op for
     a single local process (build.py builds each unit as it assembles)."""
     if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}: expected local or ray")
+        raise ConfigError(Field("executor"), f" {executor!r}: expected local or ray")
     if executor == "ray":
         if builder_spec is None:
-            raise ValueError("--executor ray needs a builder spec (workers construct their own models)")
+            raise ConfigError(
+                Field("executor", "ray"), " needs a builder spec (workers construct their own models)"
+            )
         from casu_dataset.dataset.ray_executor import prebuild_ray
 
         prebuild_ray(units, seed, builder_spec, cache_dir, progress=progress, **(ray_options or {}))
     elif num_proc > 1:
         if builder_spec is None:
-            raise ValueError("--num-proc > 1 needs a builder spec (workers construct their own models)")
+            raise ConfigError(
+                Field("num_proc"), " > 1 needs a builder spec (workers construct their own models)"
+            )
         _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, progress, timings)
 
 

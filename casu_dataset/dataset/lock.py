@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from casu_dataset.core.audio_io import array_sha256
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 
 LOCK_FORMAT = "casu-realization-lock"
 LOCK_VERSION = 1
@@ -42,9 +42,13 @@ DRIFT_LIMITS = {"turn_samples": 800, "stem_lu": 0.5}
 LOCKED_SETTINGS = ("seed", "alpha", "embedding_model", "catalog_fingerprint", "dataset_version", "mix_config")
 
 
-class LockError(CasuError, ValueError):
+class LockError(FieldError, ValueError):
     """A lock that cannot be followed: stale, for other settings, unreadable, or a drift beyond
-    DRIFT_LIMITS. The message names the lock file and what differs."""
+    DRIFT_LIMITS. The message names the lock file and what differs, and the BuildConfig lock
+    mode that gets past it (the CLI shows its flag)."""
+
+
+RELOCK, NO_LOCK = Field("lock", "relock"), Field("lock", "ignore")
 
 
 def library_files(lib: Path) -> list[Path]:
@@ -96,7 +100,9 @@ class Lock:
         except KeyError:
             raise LockError(
                 f"{self.path}: no entry for scene {scene_id} (the library has scenes the lock "
-                "does not; rebuild with --relock)"
+                "does not; rebuild with ",
+                RELOCK,
+                ")",
             ) from None
 
 
@@ -117,7 +123,9 @@ def read_lock(path: Path) -> Lock:
     if header.get("scenes") != len(scenes):
         raise LockError(
             f"{path}: header says {header.get('scenes')} scenes, the file has {len(scenes)} "
-            "(truncated or edited by hand; rebuild with --relock)"
+            "(truncated or edited by hand; rebuild with ",
+            RELOCK,
+            ")",
         )
     return Lock(path, header, scenes, hashlib.sha256(raw).hexdigest())
 
@@ -132,8 +140,10 @@ def load_for(lib: Path, settings: dict, mix_config: dict, scene_ids: list[str]) 
     if lock.header.get("library_sha256") != sha:
         raise LockError(
             f"{p}: stale lock: made for library sha256 {str(lock.header.get('library_sha256'))[:16]}, "
-            f"the library at {lib} is now {sha[:16]} (a family file changed); run "
-            "`python -m casu_dataset build --relock` to make a new reference, or --no-lock"
+            f"the library at {lib} is now {sha[:16]} (a family file changed); build with ",
+            RELOCK,
+            " to make a new reference, or ",
+            NO_LOCK,
         )
     want = locked_settings(settings, mix_config)
     for k, v in want.items():
@@ -141,13 +151,16 @@ def load_for(lib: Path, settings: dict, mix_config: dict, scene_ids: list[str]) 
         if got != v:
             raise LockError(
                 f"{p}: the lock was made with {k}={json.dumps(got)[:80]}, this build has "
-                f"{json.dumps(v)[:80]}; build with the locked settings, --relock, or --no-lock"
+                f"{json.dumps(v)[:80]}; build with the locked settings, ",
+                RELOCK,
+                ", or ",
+                NO_LOCK,
             )
     missing = sorted(set(scene_ids) - set(lock.scenes))
     if missing:
         raise LockError(
-            f"{p}: no entry for {len(missing)} scene(s) of the library (first: {missing[0]}); "
-            "run build --relock"
+            f"{p}: no entry for {len(missing)} scene(s) of the library (first: {missing[0]}); build with ",
+            RELOCK,
         )
     return lock
 
@@ -226,7 +239,9 @@ def realize_locked(scene, entry: dict, builder) -> tuple[dict, dict[str, bytes],
     sid = scene.script.id
     where = f"scene {sid}"
     if ann.get("script") != scene.script.to_dict():
-        raise LockError(f"{where}: the script differs from the locked one (library edited without --relock)")
+        raise LockError(
+            f"{where}: the script differs from the locked one (library edited without ", RELOCK, ")"
+        )
     cfg = MixConfig.model_validate(ann["mix_config"])
     cache, catalog = builder.cache, builder.retriever.catalog
 

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from casu_dataset.core import atomic, cache_layout
+from casu_dataset.core.errors import Field
 from casu_dataset.dataset.scene_cache import build_unit
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def require_ray():
     try:
         import ray
     except ImportError as err:
-        raise ImportError(f"--executor ray needs Ray (pip install -e '.[ray]'): {err}") from None
+        raise ImportError(f"the ray executor needs Ray (pip install -e '.[ray]'): {err}") from None
     return ray
 
 
@@ -127,9 +128,14 @@ def prebuild_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
     if gpus and not ray.cluster_resources().get("GPU"):
-        raise RuntimeError(
-            f"--executor ray: tasks ask for {gpus} GPU but the cluster has none "
-            "(start workers with `ray start --num-gpus N`, or pass --ray-num-gpus 0)"
+        from casu_dataset.api import ConfigError
+
+        raise ConfigError(
+            Field("executor", "ray"),
+            f": tasks ask for {gpus} GPU but the cluster has none "
+            "(start workers with `ray start --num-gpus N`, or set ",
+            Field("ray_num_gpus"),
+            " 0)",
         )
     spec = {**spec, "threads": 1}
     task = ray.remote(build_task).options(num_cpus=1, num_gpus=gpus, max_retries=max_retries)

@@ -204,6 +204,7 @@ def make_builder(spec: dict) -> SceneBuilder:
 def load_catalog(spec: str):
     """'embedded', a manifest.json path, or KIND:CSV:AUDIO_DIR[:META] for the real corpora
     (clotho:captions.csv:audio/[:metadata.csv], fsd50k:dev.csv:audio/, arca23k:train.csv:audio/)."""
+    from casu_dataset.core.errors import Field
     from casu_dataset.sounds.catalog import Catalog, CatalogError
 
     if spec == "embedded":
@@ -217,6 +218,7 @@ def load_catalog(spec: str):
     if spec.endswith(".json"):
         return Catalog.from_manifest(spec)
     raise CatalogError(
-        f"--catalog {spec!r}: expected embedded, a manifest.json, clotho:CSV:AUDIO[:META], "
-        "fsd50k:CSV:AUDIO or arca23k:CSV:AUDIO"
+        Field("catalogs"),
+        f" {spec!r}: expected embedded, a manifest.json, clotho:CSV:AUDIO[:META], "
+        "fsd50k:CSV:AUDIO or arca23k:CSV:AUDIO",
     )

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from casu_dataset.contract import SCENES_CONFIG, mcq_configs, mcq_tasks
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import Field, FieldError
 from casu_dataset.review.decisions import (
     DecisionError,
     DecisionLog,
@@ -53,8 +53,11 @@ TOKEN_HEADER = "X-CASU-Token"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
-class ReviewError(CasuError, ValueError):
-    pass
+class ReviewError(FieldError, ValueError):
+    """A dataset the page cannot show; the message names serve()'s `dataset` (the command's --dataset)."""
+
+
+DATASET = Field("dataset")
 
 
 class ReviewData:
@@ -65,14 +68,14 @@ class ReviewData:
 
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
-            raise ReviewError(f"--dataset {self.root}: not a built CASU folder (no scenes/ config)")
+            raise ReviewError(DATASET, f" {self.root}: not a built CASU folder (no scenes/ config)")
         try:
             self._read(BuiltDataset(self.root))
         except LoadError as err:  # a mixed folder, a truncated or foreign parquet file
-            raise ReviewError(f"--dataset {err}") from None
+            raise ReviewError(DATASET, f" {err}") from None
         except KeyError as err:  # a table without a column the page needs
             raise ReviewError(
-                f"--dataset {self.root}: {self._config}/: no column {err} (not a CASU build)"
+                DATASET, f" {self.root}: {self._config}/: no column {err} (not a CASU build)"
             ) from None
         self.log = DecisionLog(decisions_path(self.root))
 
