@@ -54,7 +54,9 @@ def require_faiss():
 @dataclass(frozen=True)
 class AnnParams:
     nlist: int = 0  # inverted lists; 0: the power of two nearest sqrt(n)
-    nprobe: int = 16  # lists scanned per query when every clip is eligible
+    # lists scanned per query when every clip is eligible: 16 gave 93-95% top-1 agreement with the
+    # exact search on tests/test_ann_index.py's 12k set once the bank grew to 244 clips; 32 gives 98.8-100%
+    nprobe: int = 32
     storage: str = "fp16"  # flat | fp16 | sq8: the index's own copy (re-ranking uses float32)
     rerank: int = 64  # proposals per query (per kind) that are re-scored exactly
     train_per_list: int = 40
