@@ -26,8 +26,8 @@ def _bytes(folder: Path) -> dict:
 def run(families: int = 6) -> dict:
     import ray
 
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
     from casu_dataset.mix.realize import make_builder
 

@@ -10,9 +10,9 @@ _LAZY = {
     "LoadError": "dataset.loading",
     "data_files": "dataset.loading",
     "waveform": "dataset.loading",
-    "BuildConfig": "api",
+    "BuildConfig": "dataset.config",
     "BuildResult": "api",
-    "ConfigError": "api",
+    "ConfigError": "dataset.config",
     "build": "api",
 }
 

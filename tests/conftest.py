@@ -120,8 +120,8 @@ def build_small(out: Path, lib_dir: Path):
     a library file of those families is written to `lib_dir`, then built as `casu build` does."""
     import yaml
 
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
 
     docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
@@ -137,8 +137,8 @@ def build_small_v1(out: Path, lib_dir: Path):
     """Build the V1_SCENES of the v1 library into `out` (review decisions next to it are applied)."""
     import yaml
 
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.legacy.library import DEFAULT_DIR, compile_library
 
     docs = [s for f in sorted(DEFAULT_DIR.glob("*.yaml")) for s in yaml.safe_load(f.read_text())]

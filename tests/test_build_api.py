@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from casu_dataset.api import BuildConfig, ConfigError
 from casu_dataset.core.errors import CasuError
+from casu_dataset.dataset.config import BuildConfig, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path("tests") / "fixtures" / "families" / "two_families.yaml"

@@ -11,8 +11,8 @@ from casu_dataset.mix import cue_checks as cc
 def built(tmp_path_factory, session_cache):
     from conftest import ROOT
 
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import compile_families
     from casu_dataset.mix.mixer import MixConfig
     from casu_dataset.mix.realize import SceneBuilder

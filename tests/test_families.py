@@ -305,8 +305,8 @@ def _path(entry: dict) -> str:
 @pytest.fixture(scope="module")
 def family_dataset(tmp_path_factory):
     """The fixture families built into a real dataset folder (no Whisper check: fast)."""
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.mix.mixer import MixConfig
     from casu_dataset.mix.realize import SceneBuilder
     from casu_dataset.sounds.catalog import Catalog

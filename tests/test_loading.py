@@ -78,8 +78,8 @@ def test_load_items_decoded(casu_small, no_torchcodec):
 
 def test_load_family_fields(tmp_path, session_cache):
     """A v2 build of the two fixture contrast families: every item carries its family columns."""
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import compile_families
     from casu_dataset.mix.mixer import MixConfig
     from casu_dataset.mix.realize import SceneBuilder

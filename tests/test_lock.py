@@ -42,8 +42,8 @@ def _builder(cache: Path, lock=None):
 
 
 def _build(out, lib, cache, lock=None, relock=False, scenes=None):
-    from casu_dataset.api import BuildConfig
     from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
 
     config = BuildConfig(
         out=out,

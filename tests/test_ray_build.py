@@ -14,8 +14,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
-from casu_dataset.api import BuildConfig  # noqa: E402
 from casu_dataset.dataset.build import build_dataset  # noqa: E402
+from casu_dataset.dataset.config import BuildConfig  # noqa: E402
 from casu_dataset.families.compile import compile_families  # noqa: E402
 from casu_dataset.mix.realize import make_builder  # noqa: E402
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import time
 
-from casu_dataset.api import BuildConfig, build
+from casu_dataset.api import build
 from casu_dataset.cli.common import int_in, scene_flags
 from casu_dataset.contract import mcq_configs
 from casu_dataset.core.errors import Field
+from casu_dataset.dataset.config import BuildConfig
 
 #: the flag of each BuildConfig field (and of the field values that have a flag of their own)
 FLAGS = {

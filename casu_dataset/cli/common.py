@@ -8,8 +8,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from casu_dataset.api import out_problem
 from casu_dataset.core.errors import Field
+from casu_dataset.dataset.config import out_problem
 
 
 def error(msg) -> None:

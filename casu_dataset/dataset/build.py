@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from casu_dataset import __version__
-from casu_dataset.api import BuildConfig, ConfigError
 from casu_dataset.contract import (
     DESCRIPTION_TASK,
     FAMILY_FIELDS,
@@ -49,6 +48,7 @@ from casu_dataset.dataset.card import (
     dataset_card,
     eval_yaml,
 )
+from casu_dataset.dataset.config import BuildConfig, ConfigError
 from casu_dataset.dataset.executor import build_units, prebuild
 from casu_dataset.dataset.scene_cache import build_unit, clean_scene_cache
 from casu_dataset.families.compile import FamilyScene

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from casu_dataset.api import ConfigError
 from casu_dataset.core.errors import Field
+from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
 

@@ -128,7 +128,7 @@ def prebuild_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
     if gpus and not ray.cluster_resources().get("GPU"):
-        from casu_dataset.api import ConfigError
+        from casu_dataset.dataset.config import ConfigError
 
         raise ConfigError(
             Field("executor", "ray"),
