@@ -98,7 +98,9 @@ HARNESS_FAMILIES = ["ws_ev_my_cue", "ol_first_time_briefing"]  # crossed + slot:
 V1_SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one has a minimal pair
 
 
-def _builder(cache: Path):
+def fixture_builder(cache: Path | None, lock=None):
+    """The scene builder the tests build with: the embedded bank, the available voices, the
+    default mix, no Whisper check (fast); `lock`: a realization lock to follow."""
     from casu_dataset.mix.mixer import MixConfig
     from casu_dataset.mix.realize import SceneBuilder
     from casu_dataset.sounds.catalog import Catalog
@@ -112,6 +114,7 @@ def _builder(cache: Path):
         VoiceRegistry().available(),
         MixConfig(),
         None,
+        lock=lock,
     )
 
 
@@ -130,7 +133,7 @@ def build_small(out: Path, lib_dir: Path):
     lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in HARNESS_FAMILIES], sort_keys=False))
     cache = Path(os.environ["CASU_CACHE"])
     config = BuildConfig(out=out, cache=cache, progress=False, max_skips=None)
-    return build_dataset(config, compile_families(lib), _builder(cache))
+    return build_dataset(config, compile_families(lib), fixture_builder(cache))
 
 
 def build_small_v1(out: Path, lib_dir: Path):
@@ -148,7 +151,7 @@ def build_small_v1(out: Path, lib_dir: Path):
     )
     cache = Path(os.environ["CASU_CACHE"])
     config = BuildConfig(out=out, cache=cache, progress=False, max_skips=None)
-    return build_dataset(config, compile_library(lib_dir / "lib.yaml"), _builder(cache))
+    return build_dataset(config, compile_library(lib_dir / "lib.yaml"), fixture_builder(cache))
 
 
 @pytest.fixture(scope="session")

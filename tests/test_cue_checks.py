@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from conftest import fixture_builder
 
 from casu_dataset.mix import cue_checks as cc
 
@@ -14,20 +15,8 @@ def built(tmp_path_factory, session_cache):
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import compile_families
-    from casu_dataset.mix.mixer import MixConfig
-    from casu_dataset.mix.realize import SceneBuilder
-    from casu_dataset.sounds.catalog import Catalog
-    from casu_dataset.sounds.retrieval import Retriever
-    from casu_dataset.speech.layer import SpeechSynth
-    from casu_dataset.speech.voices import VoiceRegistry
 
-    b = SceneBuilder(
-        Retriever(Catalog.embedded(), cache_dir=session_cache),
-        SpeechSynth(session_cache),
-        VoiceRegistry().available(),
-        MixConfig(),
-        None,
-    )
+    b = fixture_builder(session_cache)
     out = tmp_path_factory.mktemp("cues") / "ds"
     build_dataset(
         BuildConfig(out=out, cache=session_cache, progress=False, max_skips=None),

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import fixture_builder
 
 from casu_dataset.families import validity as fv
 from casu_dataset.families.compile import (
@@ -216,21 +217,9 @@ def test_family_bootstrap_resamples_families():
 @pytest.fixture(scope="module")
 def built_fixture_families():
     from casu_dataset.families.shared_timeline import build_family
-    from casu_dataset.mix.mixer import MixConfig
-    from casu_dataset.mix.realize import SceneBuilder
-    from casu_dataset.sounds.catalog import Catalog
-    from casu_dataset.sounds.retrieval import Retriever
-    from casu_dataset.speech.layer import SpeechSynth
-    from casu_dataset.speech.voices import VoiceRegistry
 
     cache = Path(os.environ["CASU_CACHE"]) if os.environ.get("CASU_CACHE") else None
-    b = SceneBuilder(
-        Retriever(Catalog.embedded(), cache_dir=cache),
-        SpeechSynth(cache),
-        VoiceRegistry().available(),
-        MixConfig(),
-        None,
-    )
+    b = fixture_builder(cache)
     scenes = compile_families(FIXTURE)
     res = {}
 
@@ -307,21 +296,9 @@ def family_dataset(tmp_path_factory):
     """The fixture families built into a real dataset folder (no Whisper check: fast)."""
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
-    from casu_dataset.mix.mixer import MixConfig
-    from casu_dataset.mix.realize import SceneBuilder
-    from casu_dataset.sounds.catalog import Catalog
-    from casu_dataset.sounds.retrieval import Retriever
-    from casu_dataset.speech.layer import SpeechSynth
-    from casu_dataset.speech.voices import VoiceRegistry
 
     cache = Path(os.environ["CASU_CACHE"])
-    b = SceneBuilder(
-        Retriever(Catalog.embedded(), cache_dir=cache),
-        SpeechSynth(cache),
-        VoiceRegistry().available(),
-        MixConfig(),
-        None,
-    )
+    b = fixture_builder(cache)
     out = tmp_path_factory.mktemp("families") / "v2"
     config = BuildConfig(out=out, cache=cache, progress=False, name="CASU-mini v2 fixture", max_skips=None)
     rep = build_dataset(config, compile_families(FIXTURE), b)

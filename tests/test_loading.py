@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
+from conftest import fixture_builder
 
 import casu_dataset
 from casu_dataset.contract import FAMILY_FIELDS, mcq_configs
@@ -81,20 +82,8 @@ def test_load_family_fields(tmp_path, session_cache):
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import compile_families
-    from casu_dataset.mix.mixer import MixConfig
-    from casu_dataset.mix.realize import SceneBuilder
-    from casu_dataset.sounds.catalog import Catalog
-    from casu_dataset.sounds.retrieval import Retriever
-    from casu_dataset.speech.layer import SpeechSynth
-    from casu_dataset.speech.voices import VoiceRegistry
 
-    b = SceneBuilder(
-        Retriever(Catalog.embedded(), cache_dir=session_cache),
-        SpeechSynth(session_cache),
-        VoiceRegistry().available(),
-        MixConfig(),
-        None,
-    )
+    b = fixture_builder(session_cache)
     fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
     out = tmp_path / "v2"
     config = BuildConfig(out=out, cache=session_cache, progress=False, max_skips=None)

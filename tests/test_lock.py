@@ -13,32 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, fixture_builder
 
 from casu_dataset.core.audio_io import load_audio, wav_bytes
 from casu_dataset.dataset import build_manifest
 from casu_dataset.dataset.lock import lock_path, read_lock
 from casu_dataset.families.compile import compile_families
-from casu_dataset.mix.mixer import MixConfig, SceneSources, SourceRef, compose
+from casu_dataset.mix.mixer import SceneSources, SourceRef, compose
 
 FIXTURE = ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"
-
-
-def _builder(cache: Path, lock=None):
-    from casu_dataset.mix.realize import SceneBuilder
-    from casu_dataset.sounds.catalog import Catalog
-    from casu_dataset.sounds.retrieval import Retriever
-    from casu_dataset.speech.layer import SpeechSynth
-    from casu_dataset.speech.voices import VoiceRegistry
-
-    return SceneBuilder(
-        Retriever(Catalog.embedded(), cache_dir=cache),
-        SpeechSynth(cache),
-        VoiceRegistry().available(),
-        MixConfig(),
-        None,
-        lock=lock,
-    )
 
 
 def _build(out, lib, cache, lock=None, relock=False, scenes=None):
@@ -54,7 +37,7 @@ def _build(out, lib, cache, lock=None, relock=False, scenes=None):
         lock="relock" if relock else "follow",
         max_skips=None,
     )
-    return build_dataset(config, scenes or compile_families(lib), _builder(cache, lock))
+    return build_dataset(config, scenes or compile_families(lib), fixture_builder(cache, lock))
 
 
 def _parquet_bytes(folder: Path) -> dict:
