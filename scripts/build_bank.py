@@ -3,6 +3,8 @@
 Run once by a maintainer (`python scripts/build_bank.py [SOURCES]`); its output is committed.
 `python scripts/build_bank.py --add SOURCES` appends another sources folder (made by
 scripts/fetch_bank_sources.py) to the committed bank without touching its existing clips.
+`python scripts/build_bank.py --labels` rewrites only the labels of the committed clips (caption
+and keywords from bank_captions.txt, type from bank_retype.json), never their audio.
 Per clip: mono, events trimmed of leading/trailing silence and capped in length, unusable
 clips dropped with a reason, the curated caption and keywords from bank_captions.txt, and
 author/license from the source package's Debian copyright file.
@@ -39,6 +41,13 @@ def read_captions() -> dict[str, tuple[str, list[str]]]:
         stem, caption, kws = (p.strip() for p in line.split("|"))
         out[stem] = (caption, [k.strip() for k in kws.split(",") if k.strip()])
     return out
+
+
+def read_retype() -> dict[str, str]:
+    """clip id -> type, where a clip's type is not the one its file name carries (a coarse type
+    split into sound classes a listener tells apart, e.g. a referee's whistle vs a steam whistle)."""
+    p = ROOT / "scripts" / "bank_retype.json"
+    return json.loads(p.read_text()) if p.exists() else {}
 
 
 def parse_copyright(path: Path) -> list[dict]:
@@ -193,6 +202,7 @@ def build_clip(f: Path, sources: Sources, captions: dict, seen: dict) -> tuple[d
     out_name = f"{stem}.ogg"
     sf.write(str(OUT / "audio" / out_name), x, sr, format="OGG", subtype="VORBIS")
     caption, keywords = captions[stem]
+    typ = read_retype().get(stem, typ)
     if not 3 <= len(keywords) <= 8:
         raise SystemExit(f"scripts/bank_captions.txt: {stem}: {len(keywords)} keywords (need 3-8)")
     return {
@@ -233,13 +243,40 @@ def build_clips(
 
 def main(src: Path) -> None:
     """Rebuild the whole bank from one sources folder (re-encodes every clip)."""
+    # The package's own hand-written files survive a rebuild.
+    keep = {n: (OUT / n).read_bytes() for n in ("__init__.py", "LICENSE.md") if (OUT / n).exists()}
     if OUT.exists():
         shutil.rmtree(OUT)
     (OUT / "audio").mkdir(parents=True)
     (OUT / "licenses").mkdir()
+    for n, data in keep.items():
+        (OUT / n).write_bytes(data)
     clips, dropped = [], []
     build_clips(Sources(src), read_captions(), clips, dropped, {})
     write_bank(clips, dropped, dropped)
+
+
+def relabel() -> None:
+    """Rewrite the committed clips' caption, keywords and type from bank_captions.txt and
+    bank_retype.json. The audio (and so every built byte that hashes it) is left alone."""
+    manifest = json.loads((OUT / "manifest.json").read_text())
+    captions, retype = read_captions(), read_retype()
+    unknown = sorted(set(retype) - {c["id"] for c in manifest["clips"]})
+    if unknown:
+        raise SystemExit(f"scripts/bank_retype.json: not a bank clip: {', '.join(unknown)}")
+    changed = 0
+    for c in manifest["clips"]:
+        if c["id"] not in captions:
+            raise SystemExit(f"scripts/bank_captions.txt: no caption for {c['id']}")
+        caption, keywords = captions[c["id"]]
+        if not 3 <= len(keywords) <= 8:
+            raise SystemExit(f"scripts/bank_captions.txt: {c['id']}: {len(keywords)} keywords (need 3-8)")
+        new = {"type": retype.get(c["id"], c["id"].split("__")[1]), "caption": caption, "keywords": keywords}
+        if any(c[k] != v for k, v in new.items()):
+            changed += 1
+            c.update(new)
+    write_bank(manifest["clips"], manifest["dropped"], [])
+    print(f"bank: {changed} clips relabelled")
 
 
 def add(src: Path) -> None:
@@ -303,5 +340,7 @@ if __name__ == "__main__":
                 "usage: build_bank.py --add SOURCES (a folder made by scripts/fetch_bank_sources.py)"
             )
         add(Path(args[1]))
+    elif args == ["--labels"]:
+        relabel()
     else:
         main(Path(args[0]) if args else ROOT.parent / "shared" / "soundbank-sources")

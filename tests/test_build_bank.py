@@ -100,3 +100,32 @@ def test_add_appends_new_clips_and_leaves_the_bank_as_it_was(build_bank, tmp_pat
     # Adding the same folder again changes nothing: its clips are in the bank or dropped already.
     build_bank.add(tmp_path / "src")
     assert json.loads((out / "manifest.json").read_text()) == after
+
+
+def test_labels_rewrites_caption_and_type_but_never_the_audio(build_bank, tmp_path, monkeypatch):
+    out = build_bank.OUT
+    audio_before = {p.name: p.read_bytes() for p in (out / "audio").iterdir()}
+    captions = tmp_path / "captions.txt"
+    captions.write_text(
+        "ev__owl_hoot__owl | A tawny owl hoots twice at night. | owl, hoot, night\n"
+        "ev__pig_grunt__pig | A pig grunts. | pig, grunt, farm\n"
+    )
+    monkeypatch.setattr(
+        build_bank,
+        "read_captions",
+        lambda: {
+            s: (c, [k.strip() for k in kw.split(",")])
+            for s, c, kw in (map(str.strip, line.split("|")) for line in captions.read_text().splitlines())
+        },
+    )
+    monkeypatch.setattr(build_bank, "read_retype", lambda: {"ev__pig_grunt__pig": "farm_pig"})
+    build_bank.relabel()
+    clips = {c["id"]: c for c in json.loads((out / "manifest.json").read_text())["clips"]}
+    assert clips["ev__owl_hoot__owl"]["caption"] == "A tawny owl hoots twice at night."
+    assert clips["ev__owl_hoot__owl"]["type"] == "owl_hoot"  # the file name's type when not retyped
+    assert clips["ev__pig_grunt__pig"]["type"] == "farm_pig"
+    assert {p.name: p.read_bytes() for p in (out / "audio").iterdir()} == audio_before
+    # A retype of a clip the bank does not hold is an error naming the file, not a silent no-op.
+    monkeypatch.setattr(build_bank, "read_retype", lambda: {"ev__nope__x": "t"})
+    with pytest.raises(SystemExit, match="bank_retype.json: not a bank clip: ev__nope__x"):
+        build_bank.relabel()
