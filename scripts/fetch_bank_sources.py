@@ -9,8 +9,8 @@ Then `python scripts/build_bank.py --add OUT` appends them to casu_dataset/sound
 
 Optional columns (older lists without them work unchanged): `author` (see COLUMNS),
 `start_s` / `end_s` (cut the clip to that span of the source file, in seconds, e.g. a bed
-trimmed to 30 s), and a path of the form `CONTAINER.zip:inner/path` reads `inner/path`
-from the zip archive CONTAINER.zip inside the package. Set FETCH_BANK_WORK to a folder to
+trimmed to 30 s), and a path of the form `CONTAINER.zip:inner/path` (or `CONTAINER.pk3:...`)
+reads `inner/path` from that zip archive inside the package. Set FETCH_BANK_WORK to a folder to
 keep the unpacked packages there between runs (default: a temporary folder).
 """
 
@@ -20,6 +20,7 @@ import csv
 import gzip
 import io
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -69,10 +70,11 @@ def copyright_text(tree: Path, pkg: str) -> str:
 
 
 def read_audio(tree: Path, path: str, missing: str) -> tuple[np.ndarray, int]:
-    """(samples, rate) of PATH in the unpacked package; `CONTAINER.zip:inner` reads from a zip in it."""
-    container, sep, inner = path.partition(".zip:")
-    if sep:
-        zpath = tree / f"{container}.zip"
+    """(samples, rate) of PATH in the unpacked package; `CONTAINER.zip:inner` (or `.pk3:`, a zip
+    under another name) reads `inner` from that archive in the package."""
+    m = re.match(r"^(.+?\.(?:zip|pk3)):(.+)$", path)
+    if m:
+        zpath, inner = tree / m.group(1), m.group(2)
         if not zpath.exists():
             raise SystemExit(missing)
         with zipfile.ZipFile(zpath) as z:
