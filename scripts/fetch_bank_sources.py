@@ -6,15 +6,25 @@ Run once by a maintainer on a Debian system with apt (`python scripts/fetch_bank
 scripts/build_bank.py reads: `clips/KIND__TYPE__CLIP.ogg` (mono, 22.05 kHz, Ogg Vorbis, at
 most 120 s), `mapping.csv` and `copyright/PACKAGE.txt` (the package's Debian copyright file).
 Then `python scripts/build_bank.py --add OUT` appends them to casu_dataset/sounds/bank/.
+
+Optional columns (older lists without them work unchanged): `author` (see COLUMNS),
+`start_s` / `end_s` (cut the clip to that span of the source file, in seconds, e.g. a bed
+trimmed to 30 s), and a path of the form `CONTAINER.zip:inner/path` (or `CONTAINER.pk3:...`)
+reads `inner/path` from that zip archive inside the package. Set FETCH_BANK_WORK to a folder to
+keep the unpacked packages there between runs (default: a temporary folder).
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import io
+import os
+import re
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -59,23 +69,46 @@ def copyright_text(tree: Path, pkg: str) -> str:
     return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8", "replace")
 
 
+def read_audio(tree: Path, path: str, missing: str) -> tuple[np.ndarray, int]:
+    """(samples, rate) of PATH in the unpacked package; `CONTAINER.zip:inner` (or `.pk3:`, a zip
+    under another name) reads `inner` from that archive in the package."""
+    m = re.match(r"^(.+?\.(?:zip|pk3)):(.+)$", path)
+    if m:
+        zpath, inner = tree / m.group(1), m.group(2)
+        if not zpath.exists():
+            raise SystemExit(missing)
+        with zipfile.ZipFile(zpath) as z:
+            try:
+                data = z.read(inner)
+            except KeyError:
+                raise SystemExit(missing) from None
+        return sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    src = tree / path
+    if not src.exists():
+        raise SystemExit(missing)
+    return sf.read(str(src), dtype="float32", always_2d=True)
+
+
 def main(list_path: Path, out: Path) -> None:
     rows = read_list(list_path)
     (out / "clips").mkdir(parents=True, exist_ok=True)
     (out / "copyright").mkdir(exist_ok=True)
     mapping = []
+    # FETCH_BANK_WORK (optional): a folder that keeps downloaded, unpacked packages between runs.
+    keep = os.environ.get("FETCH_BANK_WORK")
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for r in rows:
             tree = unpack(r["debian_package"], work)
             pkg, path = r["debian_package"], r["path_in_package_or_container"]
             (out / "copyright" / f"{pkg}.txt").write_text(copyright_text(tree, pkg))
-            src = tree / path
-            if not src.exists():
-                raise SystemExit(f"{list_path}: {r['clip']}: {path} is not in {pkg}")
-            x, sr = sf.read(str(src), dtype="float32", always_2d=True)
+            x, sr = read_audio(tree, path, f"{list_path}: {r['clip']}: {path} is not in {pkg}")
             orig_dur = x.shape[0] / sr
-            x = x.mean(axis=1)[: int(MAX_S * sr)]
+            start = float((r.get("start_s") or "").strip() or 0)
+            end = (r.get("end_s") or "").strip()
+            x = x.mean(axis=1)[int(start * sr) : int(float(end) * sr) if end else None]
+            x = x[: int(MAX_S * sr)]
             if sr != SR:
                 x = soxr.resample(x, sr, SR).astype(np.float32)
             name = f"{KIND_TAG[r['kind']]}__{r['type']}__{r['clip']}.ogg"
@@ -84,12 +117,18 @@ def main(list_path: Path, out: Path) -> None:
                 {
                     **r,
                     "author": (r.get("author") or "").strip(),
+                    "start_s": (r.get("start_s") or "").strip(),
+                    "end_s": (r.get("end_s") or "").strip(),
                     "duration_s": round(orig_dur, 2),
                     "orig_sr": sr,
                 }
             )
     with open(out / "mapping.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS + ["author", "duration_s", "orig_sr"])
+        w = csv.DictWriter(
+            fh,
+            fieldnames=COLUMNS + ["author", "start_s", "end_s", "duration_s", "orig_sr"],
+            extrasaction="ignore",
+        )
         w.writeheader()
         w.writerows(mapping)
     print(f"{len(mapping)} clips -> {out}")
