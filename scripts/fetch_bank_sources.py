@@ -9,7 +9,8 @@ Then `python scripts/build_bank.py --add OUT` appends them to casu_dataset/sound
 
 `path_in_package_or_container` is a path inside the package, or `CONTAINER:INNER` for a clip
 packed in a container file of the package: `x.zip:inner/path.ogg` (also .pk3, a zip) or an
-OpenTTD sound catalogue `x.cat:NN` (entry number NN, a RIFF WAV).
+OpenTTD sound catalogue `x.cat:NN` (entry number NN, a RIFF WAV), or a Qt resource file
+`x.rcc:inner/path.ogg` (gcompris-qt-data packs its activities' sounds so).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +82,42 @@ def read_member(tree: Path, path: str) -> io.BytesIO | Path | None:
         off &= 0x7FFFFFFF
         nl = b[off]
         return io.BytesIO(b[off + 1 + nl : off + size])
+    if container.endswith(".rcc"):
+        data = rcc_files((tree / container).read_bytes()).get(inner)
+        return io.BytesIO(data) if data else None
     return None
+
+
+def rcc_files(b: bytes) -> dict[str, bytes | None]:
+    """Files of a Qt resource (.rcc) file by path; None for a zstd-compressed one (not read)."""
+    if b[:4] != b"qres":
+        raise SystemExit("not a Qt resource file (no 'qres' magic)")
+    ver, tree, data, names = struct.unpack_from(">IIII", b, 4)
+    esz = 22 if ver >= 2 else 14  # a tree entry; version 2 adds an 8-byte modification time
+
+    def name(off: int) -> str:
+        n = struct.unpack_from(">H", b, names + off)[0]
+        return b[names + off + 6 : names + off + 6 + 2 * n].decode("utf-16-be")
+
+    out: dict[str, bytes | None] = {}
+
+    def walk(i: int, path: str) -> None:
+        e = tree + i * esz
+        noff, flags = struct.unpack_from(">IH", b, e)
+        p = f"{path}/{name(noff)}" if i else ""
+        p = p.lstrip("/")
+        if flags & 2:  # directory: child count, first child
+            count, first = struct.unpack_from(">II", b, e + 6)
+            for c in range(first, first + count):
+                walk(c, p)
+            return
+        doff = struct.unpack_from(">I", b, e + 10)[0]
+        size = struct.unpack_from(">I", b, data + doff)[0]
+        raw = b[data + doff + 4 : data + doff + 4 + size]
+        out[p] = zlib.decompress(raw[4:]) if flags & 1 else None if flags & 4 else raw
+
+    walk(0, "")
+    return out
 
 
 def copyright_text(tree: Path, pkg: str) -> str:
