@@ -34,6 +34,9 @@ def fill_problems(scenes: list, retriever, check_retrieval: bool) -> list[str]:
     for r in cat.rejected:
         rejected.setdefault(r.get("type") or "?", []).append(f"{r['clip_id']} ({r['reason']})")
     out, seen = [], {}
+    if check_retrieval:  # one batched forward pass for every query instead of one per fill
+        queries = {(desc, tuple(kws)) for sc in scenes for _, desc, kws, _ in _items(sc)}
+        retriever.encode_queries([d for d, _ in queries], [list(k) for _, k in queries])
     for sc in scenes:
         for layer, desc, kws, kind in _items(sc):
             want = (sc.types or {}).get(layer)

@@ -74,6 +74,7 @@ class Embedder:
     def __init__(self, model: str | None = None, device: str = "cpu"):
         self.model_name = model or DEFAULT_MODEL
         self.device = device
+        self._memo: dict[str, np.ndarray] = {}
 
     @functools.cached_property
     def model(self):
@@ -98,17 +99,23 @@ class Embedder:
 
     def encode(self, texts: list[str], batch_size: int = 128) -> np.ndarray:
         """Unit-norm embeddings on the 2**-QUANT_BITS grid; identical bytes on every x86-64 CPU,
-        under any thread count and batch composition (see the module docstring)."""
+        under any thread count and batch composition (see the module docstring). Texts seen
+        before come from a memo: a build asks for the same fill descriptions again and again,
+        and one float64 forward pass per query dominated the pre-build retrieval check."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = self.model.encode(
-            list(texts),
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return quantize(out)
+        memo = self._memo
+        todo = list(dict.fromkeys(t for t in texts if t not in memo))
+        if todo:
+            out = self.model.encode(
+                todo,
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            memo.update(zip(todo, quantize(out)))
+        return np.stack([memo[t] for t in texts])
 
 
 def quantize(x: np.ndarray) -> np.ndarray:
