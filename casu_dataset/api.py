@@ -184,13 +184,15 @@ def _drop_unvaried(config: BuildConfig, scenes: list, builder, invalid: list[dic
     if config.max_skips is not None and len(drop) > config.max_skips:
         raise BuildError(
             Field("realization", "2"),
-            f": {len(msgs)} layer(s) of {len(bad_units)} famil(ies)/scene(s) have no other recording of "
-            f"their bank type, so realization 2 cannot vary them; nothing written:\n  "
+            f": {len(msgs)} layer(s) in {len(bad_units)} family(ies) or scene(s) have no other recording "
+            f"of their bank type, so realization 2 cannot vary them (it never reuses realization 1's "
+            f"recording); nothing written:\n  "
             + "\n  ".join(msgs[:40])
             + ("\n  ..." if len(msgs) > 40 else "")
-            + f"\n(add recordings to the bank, or allow {len(drop)} skipped scenes with ",
-            Field("max_skips"),
-            " to build realization 2 without them)",
+            + "\n(add recordings of those types to the bank, or build realization 2 without those "
+            f"{len(drop)} scenes: ",
+            Field("max_skips", str(len(drop))),
+            ")",
         )
     why: dict[str, list[str]] = {}
     for sc, m in problems:

@@ -110,11 +110,17 @@ def variation_problems(scenes: list, retriever) -> list[tuple[object, str]]:
         for key, kind, _, _ in layers(sc):
             t = bank_type(sc, key, cat)
             name = layer_name(sc, key)
+            fam, slot = getattr(sc, "family_id", ""), getattr(sc, "slot", "")
+            if fam:  # one line per family and layer, whichever variants share it
+                is_slot = slot == ("background" if key == "background" else sc.script.events[key].id)
+                at = f"family {fam}, layer {name}" + (f" (fill {sc.fill!r})" if is_slot else "")
+            else:
+                at = where(sc, name)
             if not t:
                 out.append(
                     (
                         sc,
-                        f"{where(sc, name)}: no bank type (the scene's `types` has none and realization "
+                        f"{at}: no bank type (the scene's `types` has none and realization "
                         "1's clip is not known yet): realization 2 cannot pick another recording of the "
                         "same type",
                     )
@@ -125,7 +131,7 @@ def variation_problems(scenes: list, retriever) -> list[tuple[object, str]]:
                 out.append(
                     (
                         sc,
-                        f"{where(sc, name)}: bank type {t!r} has {n} usable {kind} recording"
+                        f"{at}: bank type {t!r} has {n} usable {kind} recording"
                         f"{'' if n == 1 else 's'} in catalog {cat.name}; realization 2 needs another "
                         "one (add a recording of that type to the bank)",
                     )
