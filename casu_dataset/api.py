@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.config import BuildConfig, ConfigError, out_problem
@@ -102,13 +103,16 @@ def build(config: BuildConfig) -> BuildResult:
             "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]),
         )
     builder.realization = config.realization
-    lock = None
+    lock = reference = None
     ids = [s.script.id for s in scenes]
     if config.realization == 2 and config.lock != "ignore":
         # What realization 2 differs from: realization 1's lock when the library has one (else
         # realization 1 is decided in this build). Checked as a realization-1 build checks it.
-        builder.reference = load_for(
-            lib, build_settings(builder, config.seed, config.command), builder.mix_config.model_dump(mode="json"), ids
+        builder.reference = reference = load_for(
+            lib,
+            build_settings(builder, config.seed, config.command),
+            builder.mix_config.model_dump(mode="json"),
+            ids,
         )
     if config.lock == "follow":
         lock = load_for(
@@ -117,7 +121,7 @@ def build(config: BuildConfig) -> BuildResult:
             builder.mix_config.model_dump(mode="json"),
             ids,
             realization=config.realization,
-            reference=builder.reference,
+            reference=reference,
         )
     if lock is not None:
         builder.lock = lock  # build_dataset hands it on to worker processes (their builder spec)
@@ -167,7 +171,7 @@ def realization_name(name: str, realization: int) -> str:
     return name if realization == 1 or name.endswith(tag) else name + tag
 
 
-def _drop_unvaried(config: BuildConfig, scenes: list, builder, invalid: list[dict]) -> list:
+def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: list[dict]) -> list:
     """Realization 2: the scenes with a layer that has no other recording of its bank type.
     Within `max_skips` they are left out and reported as skipped (a whole family at a time: its
     variants are one unit), never built on realization 1's recording; beyond it, BuildError naming
@@ -199,6 +203,11 @@ def _drop_unvaried(config: BuildConfig, scenes: list, builder, invalid: list[dic
         why.setdefault(getattr(sc, "family_id", "") or sc.script.id, []).append(m)
     for s in drop:
         u = getattr(s, "family_id", "") or s.script.id
-        invalid.append({"scene_id": s.script.id, "reason": "realization 2 not varied: " + "; ".join(dict.fromkeys(why[u]))})
+        invalid.append(
+            {
+                "scene_id": s.script.id,
+                "reason": "realization 2 not varied: " + "; ".join(dict.fromkeys(why[u])),
+            }
+        )
     gone = {s.script.id for s in drop}
     return [s for s in scenes if s.script.id not in gone]

@@ -435,7 +435,8 @@ def simple_evaluate(
         if same_path or (ids[0] is not None and ids[0] == ids[1]):
             raise UsageError(
                 f"--robustness_dataset {robustness_dataset}: the same data as --dataset {dataset} (dataset "
-                "identity equal); give the second realization (`python -m casu_dataset build --realization 2`)"
+                "identity equal); give the second realization "
+                "(`python -m casu_dataset build --realization 2`)"
             )
     if given is not None:
         adapter = given

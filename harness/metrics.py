@@ -196,7 +196,11 @@ def recording_consistency(r1: list[dict], r2: list[dict], seed: int = 0) -> dict
         same.append(all(x is not None and x == y for x, y in zip(pa, pb)))
 
         def right(q):
-            return all(r.get("method") != "error" and r.get("correct") for r in q.values() if r.get("rotation", 0) == 0)
+            return all(
+                r.get("method") != "error" and r.get("correct")
+                for r in q.values()
+                if r.get("rotation", 0) == 0
+            )
 
         right_a.append(right(qa))
         right_b.append(right(qb))

@@ -347,7 +347,8 @@ def robustness_table(doc: dict) -> str:
     def row(task, cond, rc, a1, a2):
         return (
             f"| {task} | {cond} | {metric.cell(rc)} | {rc['families']} ({rc['families_unpaired']}) | "
-            f"{rc['unparsed']['realization1']} / {rc['unparsed']['realization2']} | {_pct(a1)} / {_pct(a2)} | "
+            f"{rc['unparsed']['realization1']} / {rc['unparsed']['realization2']} | "
+            f"{_pct(a1)} / {_pct(a2)} | "
             f"{_pct({'value': rc['family_accuracy_realization1']})} / "
             f"{_pct({'value': rc['family_accuracy_realization2']})} |"
         )

@@ -30,13 +30,13 @@ R1_BEFORE = {
     "README.md": "a5a4e76e36f0f131e29f38acd54a9e7b7263a843be5e523451a988ef324d98a9",
     "build_report.json": "31096074c7ba4bd52622a6acd5975a3b7ed95455882e7ac54506aed60785480e",
     "casu_build.json": "6b0cbfef88b3e97098efa86a2d0202c1773565a719aa95241222a6d87c8f51ac",
-    "contextual_reasoning/test-00000-of-00001.parquet": "d1cbe565d1c16fc7231927d0302e7ff62ed802d75fa212232835e674af5b7967",
-    "counterfactual_reasoning/test-00000-of-00001.parquet": "4702636f65b8aeb9d60de2baea4a49504e036f731c6ebfcac59f6421087eed1b",
-    "entity_extraction/test-00000-of-00001.parquet": "495036294f68886ef5ec3f175bc68fe7432a0d0fbeb7bfb3c561c6c31bf6069f",
+    "contextual_reasoning": "d1cbe565d1c16fc7231927d0302e7ff62ed802d75fa212232835e674af5b7967",
+    "counterfactual_reasoning": "4702636f65b8aeb9d60de2baea4a49504e036f731c6ebfcac59f6421087eed1b",
+    "entity_extraction": "495036294f68886ef5ec3f175bc68fe7432a0d0fbeb7bfb3c561c6c31bf6069f",
     "eval.yaml": "343471db6c4930c28ea7651ea3607fe464b2dc5470e9c7e31580c295389f1d9a",
-    "role_inference/test-00000-of-00001.parquet": "7313a342a3090d3de9f55da9bb5d9538998614984f3981d078318c852d273f0a",
-    "scene_description/test-00000-of-00001.parquet": "4e948611a9be4594b188a9a1ae59e2be04d1c30a47eea2d85f14f397b496c717",
-    "scenes/test-00000-of-00001.parquet": "661a0cccabc7ac2476a4bfdc920fc7805c6aa45d54c85e76bfd1781181d70a83",
+    "role_inference": "7313a342a3090d3de9f55da9bb5d9538998614984f3981d078318c852d273f0a",
+    "scene_description": "4e948611a9be4594b188a9a1ae59e2be04d1c30a47eea2d85f14f397b496c717",
+    "scenes": "661a0cccabc7ac2476a4bfdc920fc7805c6aa45d54c85e76bfd1781181d70a83",
 }
 MCQ = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning"]
 
@@ -62,7 +62,9 @@ def _build(out, lib, cache, realization=2, lock=None, relock=False, reference=No
 
 def _scenes(folder: Path) -> dict[str, dict]:
     return {
-        r["scene_id"]: r for f in sorted((folder / "scenes").glob("*.parquet")) for r in pq.read_table(f).to_pylist()
+        r["scene_id"]: r
+        for f in sorted((folder / "scenes").glob("*.parquet"))
+        for r in pq.read_table(f).to_pylist()
     }
 
 
@@ -85,10 +87,11 @@ def r2_small(casu_small, session_cache):
 
 
 def test_realization1_is_byte_identical_to_before_issue27(casu_small):
+    """Every parquet file (one per config, named by it here), the card and the build records."""
     got = {
-        p.relative_to(casu_small).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        p.parent.name if p.suffix == ".parquet" else p.name: hashlib.sha256(p.read_bytes()).hexdigest()
         for p in casu_small.rglob("*")
-        if p.relative_to(casu_small).as_posix() in R1_BEFORE
+        if p.is_file() and not p.relative_to(casu_small).as_posix().startswith(".")
     }
     assert got == R1_BEFORE
     report = json.loads((casu_small / "build_report.json").read_text())
@@ -122,21 +125,34 @@ def test_realization2_varies_every_recording_and_keeps_speech_and_timeline(casu_
         assert A["turns"] == B["turns"]  # the same TTS files (by hash), onsets and offsets
         assert [e["onset_samples"] for e in A["events"]] == [e["onset_samples"] for e in B["events"]]
         assert A["plan"]["turns"] == B["plan"]["turns"] and A["extra"]["speech"] == B["extra"]["speech"]
-        assert A["gains"]["speech"] == B["gains"]["speech"] and A["gains"]["clip_gain"] == B["gains"]["clip_gain"]
+        assert (
+            A["gains"]["speech"] == B["gains"]["speech"]
+            and A["gains"]["clip_gain"] == B["gains"]["clip_gain"]
+        )
     # a family's shared layers: one clip in every variant; the variants sharing a fill share its stems
     by_fill = defaultdict(list)
     for sid, r in b.items():
         by_fill[r["fill_group"]].append(r)
         ann = json.loads(r["annotation"])
-        same_bed = {json.loads(x["annotation"])["background"]["clip_id"] for x in b.values() if x["family_id"] == r["family_id"]}
+        same_bed = {
+            json.loads(x["annotation"])["background"]["clip_id"]
+            for x in b.values()
+            if x["family_id"] == r["family_id"]
+        }
         if r["slot_kind"] == "event":
             assert len(same_bed) == 1, r["family_id"]
         assert ann["extra"]["realization"]["index"] == 2
     for rows in by_fill.values():
-        assert len({x["events"]["bytes"] for x in rows}) == 1 and len({x["background"]["bytes"] for x in rows}) == 1
+        assert (
+            len({x["events"]["bytes"] for x in rows}) == 1
+            and len({x["background"]["bytes"] for x in rows}) == 1
+        )
     # the rows pair with realization 1's by id: same questions, options and keys
     for c in MCQ:
-        qa = {r["id"]: (r["question"], r["options"], r["answer"]) for r in pq.read_table(casu_small / c).to_pylist()}
+        qa = {
+            r["id"]: (r["question"], r["options"], r["answer"])
+            for r in pq.read_table(casu_small / c).to_pylist()
+        }
         qb = {r["id"]: (r["question"], r["options"], r["answer"]) for r in pq.read_table(out / c).to_pylist()}
         assert qa == qb and qa
     # its own name and settings in the card and the build report
@@ -144,7 +160,10 @@ def test_realization2_varies_every_recording_and_keeps_speech_and_timeline(casu_
     assert "(realization 2)" not in (casu_small / "README.md").read_text()
     assert "This is **realization 2**" in card
     assert json.loads((out / "build_report.json").read_text())["settings"]["realization"] == 2
-    assert rep.identity["sha256"] != json.loads((casu_small / "casu_build.json").read_text())["identity"]["sha256"]
+    assert (
+        rep.identity["sha256"]
+        != json.loads((casu_small / "casu_build.json").read_text())["identity"]["sha256"]
+    )
 
 
 def test_a_type_with_one_recording_is_a_named_error_or_a_counted_skip(casu_small, tmp_path, session_cache):
@@ -174,7 +193,10 @@ def test_a_type_with_one_recording_is_a_named_error_or_a_counted_skip(casu_small
     assert sorted({s.split(".")[0] for s in res.built}) == [HARNESS_FAMILIES[1]]
     assert len(res.skipped) == 4 and all("realization 2 not varied" in s["reason"] for s in res.skipped)
     assert "knock_on_door" in (tmp_path / "o" / "README.md").read_text()
-    assert json.loads((tmp_path / "o" / "build_report.json").read_text())["settings"]["name"] == "lib (realization 2)"
+    assert (
+        json.loads((tmp_path / "o" / "build_report.json").read_text())["settings"]["name"]
+        == "lib (realization 2)"
+    )
 
 
 def test_realization2_relock_writes_its_own_lock_and_a_build_follows_it(tmp_path, session_cache):
@@ -320,7 +342,13 @@ def test_recording_consistency_on_real_runs(casu_small, r2_small, tmp_path):
     )
     # the second realization alone, from the same response cache: nothing is asked again
     alone = simple_evaluate(
-        HashListener(), tasks=MCQ, dataset=str(r2), output_path=tmp_path / "r2", log_samples=True, cache=cache, probe=False
+        HashListener(),
+        tasks=MCQ,
+        dataset=str(r2),
+        output_path=tmp_path / "r2",
+        log_samples=True,
+        cache=cache,
+        probe=False,
     )
     assert alone.document["timing"]["cache_hits"] == alone.document["timing"]["units"] > 0
     a = _logged(tmp_path / "both" / "hash-listener")
@@ -329,22 +357,37 @@ def test_recording_consistency_on_real_runs(casu_small, r2_small, tmp_path):
     for t in MCQ:
         rc = doc["results"][t]["PEB"]["recording_consistency"]
         assert rc["value"] == pytest.approx(_by_hand(a, b, t)), t
-        assert rc["unparsed"]["realization1"] == sum(r["parsed"] is None for r in a.values() if r["task"] == t)
-        assert rc["unparsed"]["realization2"] == sum(r["parsed"] is None for r in b.values() if r["task"] == t)
-        assert rc["family_accuracy_realization2"] == alone.document["results"][t]["PEB"]["family_accuracy"]["value"]
+        assert rc["unparsed"]["realization1"] == sum(
+            r["parsed"] is None for r in a.values() if r["task"] == t
+        )
+        assert rc["unparsed"]["realization2"] == sum(
+            r["parsed"] is None for r in b.values() if r["task"] == t
+        )
+        assert (
+            rc["family_accuracy_realization2"]
+            == alone.document["results"][t]["PEB"]["family_accuracy"]["value"]
+        )
         assert res["results"][t]["recording_consistency,none"] == rc["value"]  # lm-eval's view
     overall = doc["robustness"]["overall"]["PEB"]
     assert overall["value"] == pytest.approx(_by_hand(a, b, None)) and overall["families"] == 2
     assert doc["results"]["role_inference"]["PEB"]["recording_consistency"]["value"] == 1.0  # the timeline
     assert sum(r["parsed"] is None for r in [*a.values(), *b.values()]) > 0
     rb = doc["robustness"]
-    assert rb["realization1"]["identity"]["sha256"] == json.loads((casu_small / "casu_build.json").read_text())["identity"]["sha256"]
-    assert rb["realization2"]["identity"]["sha256"] == json.loads((r2 / "casu_build.json").read_text())["identity"]["sha256"]
+    assert (
+        rb["realization1"]["identity"]["sha256"]
+        == json.loads((casu_small / "casu_build.json").read_text())["identity"]["sha256"]
+    )
+    assert (
+        rb["realization2"]["identity"]["sha256"]
+        == json.loads((r2 / "casu_build.json").read_text())["identity"]["sha256"]
+    )
     assert doc["config"]["robustness_dataset"] == str(r2)
     md = next((tmp_path / "both" / "hash-listener").glob("results_*.md")).read_text()
     assert "## Recording robustness" in md and "Rec. consistency" in md
     # a model that ignores the audio answers alike everywhere: consistent, at chance accuracy
-    rnd = simple_evaluate("random", tasks=MCQ, dataset=str(casu_small), robustness_dataset=str(r2), probe=False)
+    rnd = simple_evaluate(
+        "random", tasks=MCQ, dataset=str(casu_small), robustness_dataset=str(r2), probe=False
+    )
     assert rnd.document["robustness"]["overall"]["PEB"]["value"] == 1.0
 
 

@@ -180,12 +180,15 @@ def reference_unit(
     1's lock when the builder has one (`builder.reference`), else realization 1 built here (cached)."""
     ref = getattr(builder, "reference", None)
     if ref is not None:
-        out = {}
+        out: dict[str, tuple[dict, list[int] | None]] = {}
         for s in unit:
             e = ref.entry(s.script.id)
             out[s.script.id] = (e["annotation"], [t["samples"] for t in e["turns"]])
         return out
-    return {sid: (b["annotation"], None) for sid, (b, _) in _build_unit_r1(unit, seed, builder, cache_dir, touched).items()}
+    return {
+        sid: (b["annotation"], None)
+        for sid, (b, _) in _build_unit_r1(unit, seed, builder, cache_dir, touched).items()
+    }
 
 
 def r2_key(scene, seed: int, builder, refs: dict) -> str:
@@ -237,13 +240,16 @@ def build_unit_r2(
             )
             for sid, d in dirs.items()
         }
+
     def named(scene, fn, *args):
         try:
             return fn(*args)
         except R2.Realization2Error:
             raise
         except Exception as err:  # a failed mix check, an unreadable clip: named with the scene
-            raise R2.Realization2Error(f"{R2.where(scene)}: realization 2: {type(err).__name__}: {err}") from err
+            raise R2.Realization2Error(
+                f"{R2.where(scene)}: realization 2: {type(err).__name__}: {err}"
+            ) from err
 
     prepared = [named(s, R2.prepare, builder, s, seed, *refs[s.script.id]) for s in unit]
     headroom = R2.family_headroom(prepared)
@@ -260,7 +266,10 @@ def build_unit_r2(
                 **{f"{k}.flac": b for k, b in flac.items()},
             },
         )
-        out[sid] = ({"annotation": json.loads((dirs[sid] / "annotation.json").read_text()), "flac": flac}, False)
+        out[sid] = (
+            {"annotation": json.loads((dirs[sid] / "annotation.json").read_text()), "flac": flac},
+            False,
+        )
     return out
 
 

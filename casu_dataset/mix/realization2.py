@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def bank_type(scene, key, catalog, r1_clip: str | None = None) -> str:
     return t or ""
 
 
-def variation_problems(scenes: list, retriever) -> list[tuple[object, str]]:
+def variation_problems(scenes: list, retriever) -> list[tuple[Any, str]]:
     """(scene, message) for every layer realization 2 cannot vary: its bank type has fewer than
     two usable recordings of its kind in the catalog, or it has no bank type. Checked before any
     scene is built; the message names the family, the layer and the type."""
@@ -141,7 +142,7 @@ def variation_problems(scenes: list, retriever) -> list[tuple[object, str]]:
 
 def reference_clips(ann1: dict) -> dict:
     """Realization 1's clip of each non-speech layer: {"background": id, events index: id}."""
-    out = {"background": ann1["background"]["clip_id"]}
+    out: dict = {"background": ann1["background"]["clip_id"]}
     for j, e in enumerate(ann1["events"]):
         out[j] = e["clip_id"]
     return out
@@ -194,10 +195,10 @@ def retrieve_other(builder, scene, ann1: dict) -> dict:
 class Prepared:
     """One variant of realization 2 before its non-speech headroom is known."""
 
-    scene: object
+    scene: Any  # a Scene (a FamilyScene for a family variant)
     ann1: dict
     found: dict
-    speech: object
+    speech: Any  # speech.layer's SpeechLayer
     sources: SceneSources
     clips: dict
     plan: dict
@@ -282,10 +283,10 @@ def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | Non
     )
     clips = _load_clips(sources, builder.cache)
     if turn_samples is not None:
-        for ref, n in zip(sources.turns, turn_samples):
-            c = clips[ref.path]
+        for tref, n in zip(sources.turns, turn_samples):
+            c = clips[tref.path]
             x = c.audio[:n] if c.audio.shape[0] >= n else np.pad(c.audio, (0, n - c.audio.shape[0]))
-            clips[ref.path] = Clip(audio=x.astype(np.float32), sha256=c.sha256, lufs=c.lufs)
+            clips[tref.path] = Clip(audio=x.astype(np.float32), sha256=c.sha256, lufs=c.lufs)
     plan = _plan(ann1, scene, seed, sources, clips, sr)
     bed, placed = _unit_layers(plan, sources, clips, cfg)
     gains = _measure_gains(plan, clips[sources.background.path], placed, cfg, builder.cache)
@@ -371,4 +372,6 @@ def check_same_timeline(ann1: dict, ann2: dict) -> None:
         and [e["onset_samples"] for e in p1["events"]] == [e["onset_samples"] for e in p2["events"]]
     )
     if not same:
-        raise Realization2Error(f"scene {ann1['scene_id']}: realization 2's timeline differs from realization 1's")
+        raise Realization2Error(
+            f"scene {ann1['scene_id']}: realization 2's timeline differs from realization 1's"
+        )
