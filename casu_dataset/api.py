@@ -108,12 +108,21 @@ def build(config: BuildConfig) -> BuildResult:
     if config.realization == 2 and config.lock != "ignore":
         # What realization 2 differs from: realization 1's lock when the library has one (else
         # realization 1 is decided in this build). Checked as a realization-1 build checks it.
-        builder.reference = reference = load_for(
-            lib,
-            build_settings(builder, config.seed, config.command),
-            builder.mix_config.model_dump(mode="json"),
-            ids,
-        )
+        try:
+            builder.reference = reference = load_for(
+                lib,
+                build_settings(builder, config.seed, config.command),
+                builder.mix_config.model_dump(mode="json"),
+                ids,
+            )
+        except LockError as err:
+            raise LockError(
+                "realization 2 differs from realization 1's lock, which cannot be used (relock realization 1 "
+                "first, or build both without locks: ",
+                Field("lock", "ignore"),
+                "): ",
+                *err.parts,
+            ) from None
     if config.lock == "follow":
         lock = load_for(
             lib,
