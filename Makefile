@@ -3,7 +3,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo lint test test-isa bench clean
+.PHONY: setup demo realization2 lint test test-isa bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,12 @@ demo: setup
 	$(PY) -m harness --model blind --tasks contextual_reasoning,entity_extraction,role_inference,counterfactual_reasoning --dataset casu_mini --output_path demo_out/results --log_samples
 	$(PY) -m harness --model random --tasks all --dataset casu_mini --output_path demo_out/results --log_samples
 	$(PY) -m harness table demo_out/results
+
+# Realization 2 of CASU-mini (recording robustness, on request only: `make demo` does not build it):
+# the same items with every non-speech layer on another recording of its bank type. Evaluate with
+# `python -m harness ... --dataset casu_mini --robustness_dataset casu_mini_r2`.
+realization2: setup
+	$(PY) -m casu_dataset build --realization 2 --out casu_mini_r2 --num-proc 2
 
 # The linter (ruff: pyproject.toml [tool.ruff]) and the type checker (mypy: [tool.mypy]); either
 # failing fails CI (.ci/run runs this before the tests).

@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.config import BuildConfig, ConfigError, out_problem
@@ -101,13 +102,35 @@ def build(config: BuildConfig) -> BuildResult:
             rej["rejected"],
             "; ".join(f"{c['clip_id']}: {c['reason']}" for c in rej["clips"][:5]),
         )
-    lock = None
+    builder.realization = config.realization
+    lock = reference = None
+    ids = [s.script.id for s in scenes]
+    if config.realization == 2 and config.lock != "ignore":
+        # What realization 2 differs from: realization 1's lock when the library has one (else
+        # realization 1 is decided in this build). Checked as a realization-1 build checks it.
+        try:
+            builder.reference = reference = load_for(
+                lib,
+                build_settings(builder, config.seed, config.command),
+                builder.mix_config.model_dump(mode="json"),
+                ids,
+            )
+        except LockError as err:
+            raise LockError(
+                "realization 2 differs from realization 1's lock, which cannot be used (relock realization 1 "
+                "first, or build both without locks: ",
+                Field("lock", "ignore"),
+                "): ",
+                *err.parts,
+            ) from None
     if config.lock == "follow":
         lock = load_for(
             lib,
             build_settings(builder, config.seed, config.command),
             builder.mix_config.model_dump(mode="json"),
-            [s.script.id for s in scenes],
+            ids,
+            realization=config.realization,
+            reference=reference,
         )
     if lock is not None:
         builder.lock = lock  # build_dataset hands it on to worker processes (their builder spec)
@@ -124,11 +147,13 @@ def build(config: BuildConfig) -> BuildResult:
             f"build failed: {len(problems)} fill(s) cannot be built as written; nothing written:\n  "
             + "\n  ".join(problems[:20])
         )
+    if config.realization == 2 and lock is None:
+        scenes = _drop_unvaried(config, scenes, builder, invalid)
     t1 = time.perf_counter()
     try:
         # A library without a name is named by its file or folder (build_dataset's default is
         # DEFAULT_NAME, for callers that build scenes of no library).
-        named = replace(config, name=config.name or library_name(lib))
+        named = replace(config, name=realization_name(config.name or library_name(lib), config.realization))
         rep = build_dataset(named, scenes, builder, invalid=invalid)
     except (BuildError, LockError) as err:  # a lock the build contradicts fails the build, as a skip does
         failed = BuildError("build failed: ", *err.parts)  # the parts: the CLI still shows its flags
@@ -143,7 +168,55 @@ def build(config: BuildConfig) -> BuildResult:
         identity=rep.identity,
         realization=rep.realization_summary(),
         lock=rep.lock,
-        lock_file=lock_path(lib) if rep.lock else None,
+        lock_file=lock_path(lib, config.realization) if rep.lock else None,
         seconds={"setup": t1 - t0, "build": t2 - t1, **rep.seconds},
         stage_seconds=dict(builder.timings or {}),
     )
+
+
+def realization_name(name: str, realization: int) -> str:
+    """The dataset's name for the card: realization 2 is "NAME (realization 2)"."""
+    tag = f" (realization {realization})"
+    return name if realization == 1 or name.endswith(tag) else name + tag
+
+
+def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: list[dict]) -> list:
+    """Realization 2: the scenes with a layer that has no other recording of its bank type.
+    Within `max_skips` they are left out and reported as skipped (a whole family at a time: its
+    variants are one unit), never built on realization 1's recording; beyond it, BuildError naming
+    every (family, layer, type) before anything is built."""
+    from casu_dataset.dataset.build import BuildError
+    from casu_dataset.mix.realization2 import variation_problems
+
+    problems = variation_problems(scenes, builder.retriever)
+    if not problems:
+        return scenes
+    bad_units = {getattr(sc, "family_id", "") or sc.script.id for sc, _ in problems}
+    drop = [s for s in scenes if (getattr(s, "family_id", "") or s.script.id) in bad_units]
+    msgs = list(dict.fromkeys(m for _, m in problems))
+    if config.max_skips is not None and len(drop) > config.max_skips:
+        raise BuildError(
+            Field("realization", "2"),
+            f": {len(msgs)} layer(s) in {len(bad_units)} family(ies) or scene(s) have no other recording "
+            f"of their bank type, so realization 2 cannot vary them (it never reuses realization 1's "
+            f"recording); nothing written:\n  "
+            + "\n  ".join(msgs[:40])
+            + ("\n  ..." if len(msgs) > 40 else "")
+            + "\n(add recordings of those types to the bank, or build realization 2 without those "
+            f"{len(drop)} scenes: ",
+            Field("max_skips", str(len(drop))),
+            ")",
+        )
+    why: dict[str, list[str]] = {}
+    for sc, m in problems:
+        why.setdefault(getattr(sc, "family_id", "") or sc.script.id, []).append(m)
+    for s in drop:
+        u = getattr(s, "family_id", "") or s.script.id
+        invalid.append(
+            {
+                "scene_id": s.script.id,
+                "reason": "realization 2 not varied: " + "; ".join(dict.fromkeys(why[u])),
+            }
+        )
+    gone = {s.script.id for s in drop}
+    return [s for s in scenes if s.script.id not in gone]

@@ -100,6 +100,15 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", default="casu_mini", help="a built dataset folder or a Hub dataset repo id")
     p.add_argument(
+        "--robustness_dataset",
+        default=None,
+        metavar="DATASET",
+        help="the second realization of --dataset (`python -m casu_dataset build --realization 2`: the "
+        "same questions, other recordings of the same sound types): the model is evaluated on both and "
+        "each task gets recording_consistency, the share of contrast families answered the same on both "
+        "(with each realization's family accuracy)",
+    )
+    p.add_argument(
         "--batch_size",
         type=_batch_size,
         default=1,
@@ -294,6 +303,7 @@ def cmd_run(argv: list[str]) -> int:
         predict_only=args.predict_only,
         write_out=args.write_out,
         use_cache=args.use_cache,
+        robustness_dataset=args.robustness_dataset,
     )
     doc = res.document
     if not res.main_process:
@@ -318,6 +328,10 @@ def cmd_run(argv: list[str]) -> int:
             file=sys.stderr,
         )
     print(res.table())
+    if doc.get("robustness"):
+        from harness.results import robustness_table
+
+        print("\n" + robustness_table(doc))
     t = doc["timing"]
     print(
         f"\nresults: {res.path}  ({t['units']} requests, {t['cache_hits']} from cache, model "

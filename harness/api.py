@@ -302,6 +302,7 @@ def simple_evaluate(
     write_out: bool = False,
     evaluation_tracker=None,
     verbosity: str | None = None,
+    robustness_dataset: str | None = None,
 ) -> Results:
     """Evaluate `model` (a registered name, `module:Class`, or an already built adapter: a notebook
     loads a 7B model once and passes it to every call) on `tasks` ("all", a tag, a comma list, a
@@ -324,7 +325,15 @@ def simple_evaluate(
     and sample logs, no metrics; implies `log_samples`), `use_cache` (a response cache file, as
     `cache`), `write_out` (print each task's first prompt), `evaluation_tracker` (lm-eval's
     EvaluationTracker: its `general_config_tracker.log_experiment_args` is called as lm-eval does,
-    and its `output_path` is used when `output_path` is not given), `verbosity` (log level)."""
+    and its `output_path` is used when `output_path` is not given), `verbosity` (log level).
+
+    `robustness_dataset`: a second realization of `dataset` (`casu build --realization 2`: the same
+    items, other recordings of the same sound types). The model is evaluated on it too (same tasks,
+    conditions, limit and response cache; no second audio probe) and every multiple-choice task
+    gets `recording_consistency` (metrics.recording_consistency: the share of contrast families
+    answered the same on both, with each realization's family accuracy); the document's
+    `robustness` names both datasets (path, fingerprint, identity), holds the second realization's
+    results and the consistency over all tasks (`overall`)."""
     from harness import flags, push
     from harness import metrics as M
     from harness.evaluate import EvalOptions, evaluate
@@ -414,6 +423,21 @@ def simple_evaluate(
         "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [c.name for c in conds], dataset
     )
     data = _open_data(str(dataset), task_list, seed)
+    data2 = None
+    if robustness_dataset is not None:
+        if not str(robustness_dataset).strip():
+            raise UsageError("--robustness_dataset: give a dataset folder or Hub repo id")
+        data2 = _open_data(str(robustness_dataset), task_list, seed)
+        same_path = os.path.realpath(os.path.expanduser(str(robustness_dataset))) == os.path.realpath(
+            os.path.expanduser(str(dataset))
+        )
+        ids = (data.identity or {}).get("sha256"), (data2.identity or {}).get("sha256")
+        if same_path or (ids[0] is not None and ids[0] == ids[1]):
+            raise UsageError(
+                f"--robustness_dataset {robustness_dataset}: the same data as --dataset {dataset} (dataset "
+                "identity equal); give the second realization "
+                "(`python -m casu_dataset build --realization 2`)"
+            )
     if given is not None:
         adapter = given
         if not isinstance(template_choice, str):
@@ -451,10 +475,22 @@ def simple_evaluate(
         predict_only=predict_only,
     )
     token = M.BOOTSTRAP_ITERS.set(M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters)
+    ev2 = None
     try:
+        if data2 is not None:  # the second realization first: its records feed recording_consistency
+            import dataclasses
+
+            log.info("evaluating the second realization %s", robustness_dataset)
+            ev2 = evaluate(adapter, task_list, data2, dataclasses.replace(opts, probe=False), cache_obj)
+            opts.robustness = {}
+            for t, recs in ev2["samples"].items():
+                for r in recs:
+                    opts.robustness.setdefault((t, r["condition"]), []).append(r)
         ev = evaluate(adapter, task_list, data, opts, cache_obj)
     finally:
         M.BOOTSTRAP_ITERS.reset(token)
+    if ev2 is not None:
+        _check_paired(ev, ev2, dataset, robustness_dataset)
     ended = time.time()
     if write_out:
         for t, recs in ev["samples"].items():
@@ -500,7 +536,14 @@ def simple_evaluate(
         predict_only=bool(predict_only),
         fewshot_random_seed=fewshot_random_seed,
     )
+    if ev2 is not None:
+        config["robustness_dataset"] = str(robustness_dataset)
     doc = document(ev, info, config, {"path": str(dataset)}, run_times={"start": started, "end": ended})
+    if ev2 is not None:
+        doc["robustness"] = robustness_block(ev, ev2, str(dataset), str(robustness_dataset), seed)
+        if ev2["errors"]:  # failed on the second realization: the run has errors too (exit 4, rerun)
+            doc["errors"] = doc["errors"] + [dict(e, dataset="realization2") for e in ev2["errors"]]
+            doc["n_errors"], doc["status"] = len(doc["errors"]), "errors"
     res = Results(
         doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=log_samples
     )
@@ -519,6 +562,56 @@ def simple_evaluate(
         log.info("wrote %s", res.path)
         res.pushed = push.push_after_run(res.path, log_args, token=os.environ.get("HF_TOKEN"))  # never raises
     return res
+
+
+def _check_paired(ev: dict, ev2: dict, dataset, robustness_dataset) -> None:
+    """Refuse a second realization whose questions are not the first one's (by row id)."""
+    if ev["dataset_fingerprint"] == ev2["dataset_fingerprint"]:
+        raise UsageError(
+            f"--robustness_dataset {robustness_dataset}: the same bytes as --dataset {dataset}; give the "
+            "second realization (`python -m casu_dataset build --realization 2`)"
+        )
+    ids1 = {r["id"] for recs in ev["samples"].values() for r in recs}
+    ids2 = {r["id"] for recs in ev2["samples"].values() for r in recs}
+    if ids1 and not ids1 & ids2:
+        raise UsageError(
+            f"--robustness_dataset {robustness_dataset}: none of its question ids is in --dataset {dataset}: "
+            "not a realization of the same dataset"
+        )
+
+
+def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str, seed: int = 0) -> dict:
+    """The results document's `robustness`: both datasets, the second realization's results and
+    recording_consistency over all multiple-choice tasks together, per condition (a family counts
+    as the same only if every question of every task it has is)."""
+    from harness import metrics as M
+
+    overall: dict[str, dict] = {}
+    conds = list(dict.fromkeys(r["condition"] for recs in ev["samples"].values() for r in recs))
+    for c in conds:
+        a = [r for recs in ev["samples"].values() for r in recs if r["condition"] == c and r.get("options")]
+        b = [r for recs in ev2["samples"].values() for r in recs if r["condition"] == c and r.get("options")]
+        v = M.recording_consistency(a, b, seed=seed)
+        if v is not None:
+            overall[c] = v
+    return {
+        "metric": "recording_consistency",
+        "realization1": {
+            "path": dataset,
+            "fingerprint": ev["dataset_fingerprint"],
+            "identity": ev.get("dataset_identity"),
+        },
+        "realization2": {
+            "path": robustness_dataset,
+            "fingerprint": ev2["dataset_fingerprint"],
+            "identity": ev2.get("dataset_identity"),
+            "results": ev2["results"],
+            "evaluated": ev2["evaluated"],
+            "n_errors": len(ev2["errors"]),
+            "errors": ev2["errors"],
+        },
+        "overall": overall,
+    }
 
 
 def _open_cache(cache: str | None, output_path, on_cleaned):

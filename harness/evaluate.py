@@ -42,6 +42,9 @@ class EvalOptions:
     progress: bool = True
     system_instruction: str | None = None  # --system_instruction: every request's system turn
     predict_only: bool = False  # lm-eval's predict_only: outputs (and parsed answers), no metrics
+    # --robustness_dataset: the second realization's scored records by (task, condition), for the
+    # recording_consistency metric (None: no second realization)
+    robustness: dict | None = None
 
 
 def audio_probe(

@@ -157,6 +157,66 @@ def breakdown(records: list[dict], key: str) -> dict:
     return {k: {"value": float(np.mean(v)), "n": len(v)} for k, v in sorted(groups.items())}
 
 
+def recording_consistency(r1: list[dict], r2: list[dict], seed: int = 0) -> dict | None:
+    """Recording robustness (issue 27): the share of contrast families a model answers the same on
+    two realizations of the dataset (realization 2: every non-speech layer on another recording of
+    the same bank type, `casu build --realization 2`): every question of every variant of the
+    family (every rotation with --circular) got the same parsed answer on both. A model that heard
+    the kind of sound, not one recording, scores high; read it beside accuracy (a model that
+    ignores the audio answers alike everywhere, and is consistent at chance accuracy).
+
+    Questions pair by their row `id` (and rotation). An unparsed answer (or a failed request) on
+    either side counts as not the same, never guessed; their number is reported. A family not
+    evaluated whole on both sides (absent from realization 2) is left out and counted in
+    `families_unpaired`. Also the family accuracy of each realization over the paired families.
+    None when no record belongs to a family."""
+
+    def by_family(records):
+        out: dict[str, dict[tuple, dict]] = defaultdict(dict)
+        for r in records:
+            if r.get("family_id"):
+                out[r["family_id"]][(r["id"], r.get("rotation", 0))] = r
+        return out
+
+    fa, fb = by_family(r1), by_family(r2)
+    if not fa:
+        return None
+    same, right_a, right_b = [], [], []
+    unpaired = 0
+    unparsed = {"realization1": 0, "realization2": 0}
+    for fam in sorted(fa):
+        qa, qb = fa[fam], fb.get(fam, {})
+        if set(qa) != set(qb):
+            unpaired += 1
+            continue
+        pa = [qa[k].get("parsed") if qa[k].get("method") != "error" else None for k in sorted(qa)]
+        pb = [qb[k].get("parsed") if qb[k].get("method") != "error" else None for k in sorted(qa)]
+        unparsed["realization1"] += sum(x is None for x in pa)
+        unparsed["realization2"] += sum(x is None for x in pb)
+        same.append(all(x is not None and x == y for x, y in zip(pa, pb)))
+
+        def right(q):
+            return all(
+                r.get("method") != "error" and r.get("correct")
+                for r in q.values()
+                if r.get("rotation", 0) == 0
+            )
+
+        right_a.append(right(qa))
+        right_b.append(right(qb))
+    res = mean_with_ci(same, seed=seed)
+    return dict(
+        res,
+        families=len(same),
+        consistent=int(sum(same)),
+        families_unpaired=unpaired,
+        unparsed=unparsed,
+        family_accuracy_realization1=float(np.mean(right_a)) if right_a else None,
+        family_accuracy_realization2=float(np.mean(right_b)) if right_b else None,
+        resampled="families",
+    )
+
+
 # -- scene description ----------------------------------------------------------------------
 
 
@@ -422,6 +482,16 @@ def _unparsed_rate(s: Scored) -> dict:
     }
 
 
+def _recording_consistency(s: Scored) -> dict | None:
+    """With a second realization evaluated (`--robustness_dataset`): its records of this task and
+    condition are in `opts.robustness`."""
+    other = getattr(s.opts, "robustness", None)
+    if other is None or not s.records:
+        return None
+    key = (s.records[0]["task"], s.records[0]["condition"])
+    return recording_consistency(s.records, other.get(key, []), seed=s.opts.seed)
+
+
 def _bleu4(s: Scored) -> dict | None:
     if not s.ok:
         return None
@@ -491,6 +561,18 @@ register_metric(
 )
 register_metric(
     Metric("circular_accuracy", (MCQ,), _circular_accuracy, lmeval="circular_acc", label="Circular")
+)
+register_metric(
+    Metric(
+        "recording_consistency",
+        (MCQ,),
+        _recording_consistency,
+        always=True,  # computed whenever a second realization was evaluated (--robustness_dataset)
+        listable=False,
+        lmeval="recording_consistency",
+        label="Rec. consistency (95% CI)",
+        with_ci=True,
+    )
 )
 register_metric(Metric("bleu4", (TEXT,), _bleu4, lmeval="bleu", label="BLEU-4", percent=False))
 register_metric(

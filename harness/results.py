@@ -290,6 +290,8 @@ def markdown(doc: dict) -> str:
             "",
         ]
     parts += ["## Table 1 (all layers)", "", table1(doc), ""]
+    if doc.get("robustness"):
+        parts += ["## Recording robustness", "", robustness_table(doc), ""]
     if len(doc["config"]["conditions"]) > 1:
         parts += ["## Table 2 (layer ablations)", "", table2(doc), ""]
     # The metrics shown with their interval lead, then the family shapes, then the other metrics.
@@ -321,6 +323,51 @@ def markdown(doc: dict) -> str:
             ]
             parts.append("| " + " | ".join(cells) + " |")
     return "\n".join(parts) + "\n"
+
+
+def robustness_table(doc: dict) -> str:
+    """Recording robustness (a run with --robustness_dataset): per task and over all tasks, at each
+    condition, the share of families answered the same on both realizations beside each
+    realization's accuracy and family accuracy."""
+    rb = doc.get("robustness")
+    if not rb:
+        return ""
+    r1, r2 = rb["realization1"], rb["realization2"]
+    lines = [
+        f"Recording robustness: realization 1 {r1['path']} (identity "
+        f"{((r1.get('identity') or {}).get('sha256') or 'none')[:16]}) vs realization 2 {r2['path']} "
+        f"(identity {((r2.get('identity') or {}).get('sha256') or 'none')[:16]})",
+        "",
+        "| Task | Condition | Rec. consistency (95% CI) | families (unpaired) | unparsed R1 / R2 "
+        "| acc R1 / R2 | family acc R1 / R2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    metric = M.METRICS["recording_consistency"]
+
+    def row(task, cond, rc, a1, a2):
+        return (
+            f"| {task} | {cond} | {metric.cell(rc)} | {rc['families']} ({rc['families_unpaired']}) | "
+            f"{rc['unparsed']['realization1']} / {rc['unparsed']['realization2']} | "
+            f"{_pct(a1)} / {_pct(a2)} | "
+            f"{_pct({'value': rc['family_accuracy_realization1']})} / "
+            f"{_pct({'value': rc['family_accuracy_realization2']})} |"
+        )
+
+    for t, conds in doc["results"].items():
+        for c, m in conds.items():
+            rc = m.get("recording_consistency")
+            if rc:
+                other = (r2.get("results") or {}).get(t, {}).get(c, {})
+                lines.append(row(t, c, rc, m.get("accuracy"), other.get("accuracy")))
+    for c, rc in (rb.get("overall") or {}).items():
+        lines.append(row("all tasks", c, rc, None, None))
+    lines += [
+        "",
+        "Rec. consistency: share of contrast families whose every question got the same parsed answer on "
+        "both realizations (unparsed counts as not the same). Read it beside accuracy: a model that "
+        "ignores the audio is consistent at chance accuracy.",
+    ]
+    return "\n".join(lines)
 
 
 def accuracy_plot_data(doc: dict) -> dict:

@@ -34,6 +34,7 @@ FLAGS = {
     "name": "--name",
     "max_skips": "--max-skips",
     "max_skips=None": "--allow-skips",
+    "realization": "--realization",
 }
 
 
@@ -88,6 +89,18 @@ def add(sub) -> None:
         action="store_true",
         help="ignore the library's realization lock: decisions are made on this machine",
     )
+    p.add_argument(
+        "--realization",
+        type=int,
+        choices=[1, 2],
+        default=1,
+        help="1: the dataset. 2: its second realization for the recording-robustness metric: the same "
+        "items (same ids, questions, keys, speech and timelines) with every non-speech layer (background, "
+        "events, slot fills) on another recording of the same bank type than realization 1's. Built on "
+        "request only; it has its own lock, realization2.lock.jsonl beside the first (--relock writes "
+        "it), and is named 'NAME (realization 2)'. A layer whose type has a single recording is an "
+        "error naming family, layer and type (--max-skips N builds without those families)",
+    )
     p.add_argument("--record-command", action="store_true", help="write the exact command line into the card")
     p.add_argument(
         "--name",
@@ -141,6 +154,7 @@ def config(args) -> BuildConfig:
         name=args.name,
         max_skips=None if args.allow_skips else (args.max_skips or 0),
         command=command,
+        realization=args.realization,
     )
 
 

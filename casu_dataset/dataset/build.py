@@ -272,6 +272,8 @@ def build_settings(builder, seed: int, command: str, name: str = DEFAULT_NAME) -
         "speech_check": builder.checker is not None,
         "casu_version": __version__,
         "dataset_version": DATASET_VERSION,
+        # realization 2 only: realization 1's settings stay exactly as they were
+        **({"realization": 2} if getattr(builder, "realization", 1) == 2 else {}),
     }
 
 
@@ -307,11 +309,15 @@ def build_dataset(
 
     out = Path(config.out)
     seed, progress, executor, num_proc = config.seed, config.progress, config.executor, config.num_proc
+    if getattr(builder, "realization", 1) != config.realization:  # the config decides which realization
+        builder.realization = config.realization
     relock = config.library() if config.lock == "relock" else None
     if builder_spec is None:
         builder_spec = config.builder_spec()
         if getattr(builder, "lock", None) is not None:  # workers follow the lock the builder follows
             builder_spec["lock"] = str(builder.lock.path)
+        if getattr(builder, "reference", None) is not None:  # realization 2: realization 1's lock
+            builder_spec["reference_lock"] = str(builder.reference.path)
     ray_options = {"address": config.ray_address, "num_gpus": config.ray_num_gpus}
     cache_dir = cache_layout.build_dir(config.cache)
     clean_scene_cache(cache_dir)
@@ -419,7 +425,13 @@ def build_dataset(
                 from casu_dataset.dataset.lock import write_lock
 
                 new = write_lock(
-                    Path(relock), entries, settings, builder.mix_config.model_dump(mode="json"), hashes
+                    Path(relock),
+                    entries,
+                    settings,
+                    builder.mix_config.model_dump(mode="json"),
+                    hashes,
+                    realization=config.realization,
+                    reference=getattr(builder, "reference", None),
                 )
                 report.lock = {
                     "file": new.path.name,
@@ -445,6 +457,11 @@ def _lock_entry(scene_id: str, built: dict, builder) -> dict:
         builder.cache.get(t["path"].replace("{speech_cache}", str(builder.synth.dir), 1)).audio
         for t in ann["turns"]
     ]
+    ref = getattr(builder, "reference", None)
+    if getattr(builder, "realization", 1) == 2 and ref is not None:
+        from casu_dataset.dataset.lock import _conform  # as realization 2 mixed them: to realization 1's lock
+
+        pcm = [_conform(x, t["samples"]) for x, t in zip(pcm, ref.entry(scene_id)["turns"])]
     return scene_entry(scene_id, ann, built["flac"], pcm)
 
 

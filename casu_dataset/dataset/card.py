@@ -260,7 +260,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
         skipped=skipped,
         rejected=rejected_text(settings.get("catalog_rejected")),
         review=review,
-        realization=realization_text(report) + cue_text(report),
+        realization=realization_text(report) + second_realization_text(settings) + cue_text(report),
         intelligibility=mix_intelligibility_summary(rows),
         command=settings["command"] or "python -m casu_dataset build",
         seed=settings["seed"],
@@ -300,6 +300,21 @@ def cue_text(report) -> str:
         "\n\nDoes the audio carry each cue? Measured from the stems as written:\n\n```\n"
         + format_summary(s)
         + "\n```"
+    )
+
+
+def second_realization_text(settings: dict) -> str:
+    """Realization 2's account in the card ('' for the dataset itself: its card is unchanged)."""
+    if settings.get("realization", 1) == 1:
+        return ""
+    return (
+        "\n\nThis is **realization 2** of the dataset (`casu build --realization 2`): the same items (same "
+        "`id`s, questions, options, keys, speech and timelines) where every non-speech layer (the "
+        "background, the events and the varied slot) is another recording of the same bank type than "
+        "realization 1 uses (the best-scoring other clip; each scene's annotation names both, under "
+        "`extra.realization`). Evaluate a model on both with `python -m harness ... --dataset R1 "
+        "--robustness_dataset R2`: `recording_consistency` is the share of contrast families it "
+        "answers the same on both (it heard the kind of sound, not one recording)."
     )
 
 

@@ -18,6 +18,7 @@ from casu_dataset.core.errors import Field, FieldError
 LIBRARIES = ("default", "v2", "v1")
 EXECUTORS = ("local", "ray")
 LOCK_MODES = ("follow", "relock", "ignore")
+REALIZATIONS = (1, 2)
 
 
 class ConfigError(FieldError, ValueError):
@@ -107,7 +108,9 @@ class BuildConfig:
     scenes were skipped (None: any number). catalogs: sound catalogs, merged ("embedded", a
     manifest.json, clotho:CSV:AUDIO_DIR[:META], fsd50k:CSV:AUDIO_DIR, arca23k:CSV:AUDIO_DIR).
     command: the command line written into the card. progress: progress bars and notes on the
-    console."""
+    console. realization: 1 (the dataset) or 2 (the same items, every non-speech layer on another
+    recording of the same bank type, the speech and timelines unchanged; its own lock file
+    `realization2.lock.jsonl`, its own name; see casu_dataset/mix/realization2.py)."""
 
     out: str | Path
     scenarios: str | Path = "default"
@@ -130,6 +133,7 @@ class BuildConfig:
     review_file: str | Path | None = None
     command: str = ""
     progress: bool = True
+    realization: int = 1
 
     def __post_init__(self):
         from casu_dataset.script.schema import MAX_SCENE_SECONDS
@@ -159,6 +163,7 @@ class BuildConfig:
                 Field("num_shards"),
                 f" {self.num_shards}",
             )
+        _int("realization", self.realization, min(REALIZATIONS), max(REALIZATIONS))
         _choice("executor", self.executor, EXECUTORS)
         _choice("lock", self.lock, LOCK_MODES)
         _text("embedding_model", self.embedding_model, none_ok=True)
@@ -199,7 +204,7 @@ class BuildConfig:
 
     def builder_spec(self) -> dict:
         """The scene builder's settings (plain values: worker processes make their own builder)."""
-        return {
+        spec = {
             "cache": None if self.cache is None else str(self.cache),
             "embedding_model": self.embedding_model,
             "alpha": self.alpha,
@@ -207,3 +212,6 @@ class BuildConfig:
             "duration": self.duration,
             "catalogs": list(self.catalogs),
         }
+        if self.realization != 1:
+            spec["realization"] = self.realization
+        return spec

@@ -66,9 +66,15 @@ def library_sha256(lib: Path) -> str:
     return h.hexdigest()
 
 
-def lock_path(lib: Path) -> Path:
+def lock_name(realization: int = 1) -> str:
+    """`realization.lock.jsonl`, and `realization2.lock.jsonl` for the second realization."""
+    return LOCK_NAME if realization == 1 else LOCK_NAME.replace("realization", f"realization{realization}", 1)
+
+
+def lock_path(lib: Path, realization: int = 1) -> Path:
     lib = Path(lib)
-    return lib / LOCK_NAME if lib.is_dir() else lib.with_name(lib.stem + "." + LOCK_NAME)
+    name = lock_name(realization)
+    return lib / name if lib.is_dir() else lib.with_name(lib.stem + "." + name)
 
 
 def locked_settings(settings: dict, mix_config: dict) -> dict:
@@ -130,18 +136,42 @@ def read_lock(path: Path) -> Lock:
     return Lock(path, header, scenes, hashlib.sha256(raw).hexdigest())
 
 
-def load_for(lib: Path, settings: dict, mix_config: dict, scene_ids: list[str]) -> Lock | None:
-    """The library's lock, checked against the library and the build settings; None if it has none."""
-    p = lock_path(lib)
+def load_for(
+    lib: Path,
+    settings: dict,
+    mix_config: dict,
+    scene_ids: list[str],
+    realization: int = 1,
+    reference: Lock | None = None,
+) -> Lock | None:
+    """The library's lock (of `realization`), checked against the library and the build settings;
+    None if it has none. A realization-2 lock also names the realization-1 lock it was made against:
+    `reference` (realization 1's lock now, or None) must be that one."""
+    p = lock_path(lib, realization)
     if not p.is_file():
         return None
     lock = read_lock(p)
+    relock = RELOCK if realization == 1 else (RELOCK, " with ", Field("realization", str(realization)))
+    if lock.header.get("realization", 1) != realization:
+        raise LockError(
+            f"{p}: a lock of realization {lock.header.get('realization', 1)}, not {realization}; build with ",
+            *_flat(relock),
+        )
+    if realization != 1:
+        want_ref = reference.sha256 if reference is not None else None
+        if lock.header.get("reference_lock_sha256") != want_ref:
+            raise LockError(
+                f"{p}: stale lock: made against realization 1's lock "
+                f"{str(lock.header.get('reference_lock_sha256'))[:16]}, which is now "
+                f"{str(want_ref)[:16]} (realization 1 changed); build with ",
+                *_flat(relock),
+            )
     sha = library_sha256(lib)
     if lock.header.get("library_sha256") != sha:
         raise LockError(
             f"{p}: stale lock: made for library sha256 {str(lock.header.get('library_sha256'))[:16]}, "
             f"the library at {lib} is now {sha[:16]} (a family file changed); build with ",
-            RELOCK,
+            *_flat(relock),
             " to make a new reference, or ",
             NO_LOCK,
         )
@@ -152,7 +182,7 @@ def load_for(lib: Path, settings: dict, mix_config: dict, scene_ids: list[str]) 
             raise LockError(
                 f"{p}: the lock was made with {k}={json.dumps(got)[:80]}, this build has "
                 f"{json.dumps(v)[:80]}; build with the locked settings, ",
-                RELOCK,
+                *_flat(relock),
                 ", or ",
                 NO_LOCK,
             )
@@ -160,9 +190,13 @@ def load_for(lib: Path, settings: dict, mix_config: dict, scene_ids: list[str]) 
     if missing:
         raise LockError(
             f"{p}: no entry for {len(missing)} scene(s) of the library (first: {missing[0]}); build with ",
-            RELOCK,
+            *_flat(relock),
         )
     return lock
+
+
+def _flat(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
 
 
 def scene_entry(scene_id: str, annotation: dict, flac: dict[str, bytes], turn_pcm: list[np.ndarray]) -> dict:
@@ -177,9 +211,17 @@ def scene_entry(scene_id: str, annotation: dict, flac: dict[str, bytes], turn_pc
 
 
 def write_lock(
-    lib: Path, entries: list[dict], settings: dict, mix_config: dict, configs: dict[str, str]
+    lib: Path,
+    entries: list[dict],
+    settings: dict,
+    mix_config: dict,
+    configs: dict[str, str],
+    realization: int = 1,
+    reference: Lock | None = None,
 ) -> Lock:
-    """Write the lock for `lib` atomically; `configs`: config name -> sha256 of its parquet files."""
+    """Write the lock for `lib` atomically; `configs`: config name -> sha256 of its parquet files.
+    Realization 2's lock (its own file) also records the realization-1 lock it was made against
+    (`reference`; None: realization 1 was decided in the same build)."""
     from casu_dataset.core import atomic
     from casu_dataset.core.isa import describe
 
@@ -192,12 +234,15 @@ def write_lock(
         "configs": dict(sorted(configs.items())),
         "made_on": describe(),
     }
+    if realization != 1:
+        header["realization"] = realization
+        header["reference_lock_sha256"] = reference.sha256 if reference is not None else None
     lines = [json.dumps(header, sort_keys=True)]
     lines += [
         json.dumps(e, sort_keys=True, separators=(",", ":"))
         for e in sorted(entries, key=lambda e: e["scene_id"])
     ]
-    p = lock_path(lib)
+    p = lock_path(lib, realization)
     atomic.write_text(p, "\n".join(lines) + "\n")
     return read_lock(p)
 

@@ -35,6 +35,7 @@ RENDER_SOURCES = (
     "speech/*.py",
     "families/shared_timeline.py",
     "dataset/lock.py",
+    "mix/realization2.py",
 )
 _CODE_ROOT = Path(__file__).parent.parent  # the casu_dataset package
 STEMS = ("mixture", "background", "speech", "events")
@@ -154,15 +155,122 @@ def build_unit(
     unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
 ) -> dict[str, tuple[dict, bool]]:
     """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
-    A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision)."""
+    A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision);
+    a realization-2 builder without one builds realization 2 (build_unit_r2)."""
     if getattr(builder, "lock", None) is not None:
         return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
+    if getattr(builder, "realization", 1) == 2:
+        return build_unit_r2(unit, seed, builder, cache_dir, touched)
+    return _build_unit_r1(unit, seed, builder, cache_dir, touched)
+
+
+def _build_unit_r1(unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None):
     if getattr(unit[0], "family_id", ""):
         return build_family(
             unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched)
         )
     (scene,) = unit
     return {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
+
+
+def reference_unit(
+    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+) -> dict[str, tuple[dict, list[int] | None]]:
+    """scene id -> (realization 1's annotation, its locked turn lengths or None): from realization
+    1's lock when the builder has one (`builder.reference`), else realization 1 built here (cached)."""
+    ref = getattr(builder, "reference", None)
+    if ref is not None:
+        out: dict[str, tuple[dict, list[int] | None]] = {}
+        for s in unit:
+            e = ref.entry(s.script.id)
+            out[s.script.id] = (e["annotation"], [t["samples"] for t in e["turns"]])
+        return out
+    return {
+        sid: (b["annotation"], None)
+        for sid, (b, _) in _build_unit_r1(unit, seed, builder, cache_dir, touched).items()
+    }
+
+
+def r2_key(scene, seed: int, builder, refs: dict) -> str:
+    """The cache key of a realization-2 scene: what decides realization 1 (every variant of the
+    unit: a family shares one non-speech headroom), the scene's bank types and this build's retrieval."""
+    r = builder.retriever
+    parts = [
+        "realization2",
+        BUILD_CACHE_VERSION,
+        __version__,
+        code_hash(_CODE_ROOT),
+        scene.script.to_dict(),
+        getattr(scene, "types", None) or {},
+        int(seed),
+        builder.mix_config.model_dump(mode="json"),
+        r.alpha,
+        r.embedder.model_name,
+        r.catalog.fingerprint(),
+        [v.to_dict() for v in builder.registry.voices],
+        builder.checker is not None,
+        builder.max_wer,
+        {sid: content_key(list(ref), 32) for sid, ref in sorted(refs.items())},
+    ]
+    ann = r.index_settings() if hasattr(r, "index_settings") else None
+    if ann:
+        parts.append(ann)
+    return content_key(parts, 32)
+
+
+def build_unit_r2(
+    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+) -> dict[str, tuple[dict, bool]]:
+    """Realization 2 of a unit (casu_dataset/mix/realization2.py): scene id -> ({annotation, flac},
+    cache hit). The variants of a family are prepared together (they share one non-speech headroom)."""
+    from casu_dataset.mix import realization2 as R2
+
+    refs = reference_unit(unit, seed, builder, cache_dir, touched)
+    dirs = {s.script.id: cache_layout.scenes_dir(cache_dir) / r2_key(s, seed, builder, refs) for s in unit}
+    if touched is not None:
+        touched.extend(d.name for d in dirs.values())
+    if all((d / "done").is_file() for d in dirs.values()):
+        return {
+            sid: (
+                {
+                    "annotation": json.loads((d / "annotation.json").read_text()),
+                    "flac": {k: (d / f"{k}.flac").read_bytes() for k in STEMS},
+                },
+                True,
+            )
+            for sid, d in dirs.items()
+        }
+
+    def named(scene, fn, *args):
+        try:
+            return fn(*args)
+        except R2.Realization2Error:
+            raise
+        except Exception as err:  # a failed mix check, an unreadable clip: named with the scene
+            raise R2.Realization2Error(
+                f"{R2.where(scene)}: realization 2: {type(err).__name__}: {err}"
+            ) from err
+
+    prepared = [named(s, R2.prepare, builder, s, seed, *refs[s.script.id]) for s in unit]
+    headroom = R2.family_headroom(prepared)
+    out = {}
+    for p in prepared:
+        sid = p.scene.script.id
+        res = named(p.scene, R2.render, builder, p, headroom)
+        R2.check_same_timeline(p.ann1, res.annotation)
+        flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
+        _store(
+            dirs[sid],
+            {
+                "annotation.json": json.dumps(res.annotation, sort_keys=True).encode(),
+                **{f"{k}.flac": b for k, b in flac.items()},
+            },
+        )
+        out[sid] = (
+            {"annotation": json.loads((dirs[sid] / "annotation.json").read_text()), "flac": flac},
+            False,
+        )
+    return out
 
 
 def clean_scene_cache(cache_dir: Path) -> list[Path]:

@@ -35,6 +35,8 @@ class SceneBuilder:
     tie_margin: float = 0.02
     cache: ClipCache | None = None
     lock: object | None = None  # a lock.Lock to follow: every scene realized from it
+    realization: int = 1  # 2: every non-speech layer on another recording (mix/realization2.py)
+    reference: object | None = None  # realization 2: realization 1's lock.Lock (None: decided in the run)
 
     def __post_init__(self):
         self.cache = self.cache or ClipCache(self.mix_config.sample_rate)
@@ -198,7 +200,21 @@ def make_builder(spec: dict) -> SceneBuilder:
         from casu_dataset.dataset.lock import read_lock
 
         lock = read_lock(spec["lock"])  # checked against the library by the parent already
-    return SceneBuilder(retriever, SpeechSynth(cache), VoiceRegistry().available(), cfg, checker, lock=lock)
+    reference = None
+    if spec.get("reference_lock"):
+        from casu_dataset.dataset.lock import read_lock
+
+        reference = read_lock(spec["reference_lock"])
+    return SceneBuilder(
+        retriever,
+        SpeechSynth(cache),
+        VoiceRegistry().available(),
+        cfg,
+        checker,
+        lock=lock,
+        realization=spec.get("realization", 1),
+        reference=reference,
+    )
 
 
 def load_catalog(spec: str):

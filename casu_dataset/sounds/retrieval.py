@@ -198,6 +198,7 @@ class Retriever:
         self._ann_params = ann_params
         self._ann = None
         self.kinds = np.array([c.kind for c in catalog.clips])
+        self.types = np.array([c.type for c in catalog.clips])
         self.durations = np.array([catalog.duration_of(c) for c in catalog.clips], dtype=np.float32)
         self.ids = np.array([c.id for c in catalog.clips])
         self.usable = np.array([catalog.verdicts.get(c.id) is None for c in catalog.clips], dtype=bool)
@@ -307,10 +308,14 @@ class Retriever:
         min_duration: float | None = None,
         allow_loop: bool = True,
         exclude: set[str] | frozenset = frozenset(),
+        bank_type: str | None = None,
     ) -> np.ndarray:
+        """The clips a search may return; `bank_type`: only clips of that type (realization 2)."""
         m = self.usable.copy()
         if kind:
             m &= self.kinds == kind
+        if bank_type:
+            m &= self.types == bank_type
         if min_duration:
             if allow_loop:
                 from casu_dataset.sounds.catalog import MIN_LOOPABLE_S
