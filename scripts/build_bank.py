@@ -39,6 +39,8 @@ def read_captions() -> dict[str, tuple[str, list[str]]]:
         if not line.strip() or line.startswith("#"):
             continue
         stem, caption, kws = (p.strip() for p in line.split("|"))
+        if stem in out:
+            raise SystemExit(f"scripts/bank_captions.txt: {stem} is captioned twice")
         out[stem] = (caption, [k.strip() for k in kws.split(",") if k.strip()])
     return out
 
