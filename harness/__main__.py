@@ -611,6 +611,14 @@ def main(argv: list[str] | None = None) -> int:
     except CasuError as err:  # an expected failure (bad input 2, the model 3, the Hub 5): one line, its code
         _error(err)
         return err.exit_code
+    finally:
+        # Free Arrow objects held in reference cycles while Arrow is still alive: left to the
+        # interpreter's final teardown, a parquet reader's native thread is destroyed after its
+        # pool and the process aborts after its work is done ("terminate called without an
+        # active exception", exit -6; apache/arrow#34314), seen here under load.
+        import gc
+
+        gc.collect()
 
 
 if __name__ == "__main__":
