@@ -51,10 +51,11 @@ def code_hash(root: Path = _CODE_ROOT) -> str:
     return h.hexdigest()[:16]
 
 
-def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
-    """`settings`: a contrast-family variant's shared {rng_key, turn_reserve, clip_gain}."""
+def _render_inputs(scene, seed: int, builder) -> list:
+    """What decides a rendered scene on this builder: the code, the script, the seed, the mix, the
+    retrieval (model, weighting, catalog) and the voices and speech checks."""
     r = builder.retriever
-    parts = [
+    return [
         BUILD_CACHE_VERSION,
         __version__,
         code_hash(_CODE_ROOT),
@@ -68,12 +69,19 @@ def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
         builder.checker is not None,
         builder.max_wer,
     ]
-    if settings:
-        parts.append(settings)
+
+
+def _index_settings(builder) -> list:
+    """Big catalogs are searched through the faiss index: its settings decide the candidates too."""
+    r = builder.retriever
     ann = r.index_settings() if hasattr(r, "index_settings") else None
-    if ann:  # big catalogs searched through the faiss index: its settings decide the candidates too
-        parts.append(ann)
-    return content_key(parts, 32)
+    return [ann] if ann else []
+
+
+def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
+    """`settings`: a contrast-family variant's shared {rng_key, turn_reserve, clip_gain}."""
+    parts = _render_inputs(scene, seed, builder) + ([settings] if settings else [])
+    return content_key(parts + _index_settings(builder), 32)
 
 
 def build_scene(
@@ -194,28 +202,13 @@ def reference_unit(
 def r2_key(scene, seed: int, builder, refs: dict) -> str:
     """The cache key of a realization-2 scene: what decides realization 1 (every variant of the
     unit: a family shares one non-speech headroom), the scene's bank types and this build's retrieval."""
-    r = builder.retriever
     parts = [
         "realization2",
-        BUILD_CACHE_VERSION,
-        __version__,
-        code_hash(_CODE_ROOT),
-        scene.script.to_dict(),
+        *_render_inputs(scene, seed, builder),
         getattr(scene, "types", None) or {},
-        int(seed),
-        builder.mix_config.model_dump(mode="json"),
-        r.alpha,
-        r.embedder.model_name,
-        r.catalog.fingerprint(),
-        [v.to_dict() for v in builder.registry.voices],
-        builder.checker is not None,
-        builder.max_wer,
         {sid: content_key(list(ref), 32) for sid, ref in sorted(refs.items())},
     ]
-    ann = r.index_settings() if hasattr(r, "index_settings") else None
-    if ann:
-        parts.append(ann)
-    return content_key(parts, 32)
+    return content_key(parts + _index_settings(builder), 32)
 
 
 def build_unit_r2(
