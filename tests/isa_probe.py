@@ -28,7 +28,7 @@ def main(speech_wav: str, bed: str, event: str) -> None:
     emb = Embedder()
     texts = [c.caption for c in cat.clips[:48]]
     single = np.stack([emb.encode([t])[0] for t in texts])
-    batch = emb.encode(texts, batch_size=16)
+    batch = Embedder().encode(texts, batch_size=16)  # a fresh encoder: the memo would return `single`
     r = Retriever(cat, emb, cache_dir=tempfile.mkdtemp())
     qd, qk = r.encode_queries(texts[:8], [["dog"]] * 8)
     pick = r.choose("a bell rings at school", ["bell", "school"], np.random.default_rng(3), kind="event")
