@@ -177,6 +177,31 @@ def test_a_type_with_one_recording_is_a_named_error_or_a_counted_skip(casu_small
     )
 
 
+def test_realization2_lock_records_skipped_families(tmp_path, session_cache):
+    """A realization-2 relock records the family it could not vary (a one-recording type) with its
+    reason, so its lock still covers the library; a build that follows it skips that family again
+    (never builds it anew) and reproduces the rest byte for byte. A realization-1 lock has no skips."""
+    from casu_dataset.dataset.lock import write_lock
+
+    docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
+    keep = ["hs_dinner_who_gets_it", HARNESS_FAMILIES[1]]
+    lib = tmp_path / "lib.yaml"
+    lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in keep], sort_keys=False))
+    _build(tmp_path / "r1", lib, session_cache, realization=1, relock=True)
+    r1_lock = read_lock(lock_path(lib))
+    rel = _build(tmp_path / "o2", lib, session_cache, relock=True, reference=r1_lock)
+    lock2 = read_lock(lock_path(lib, 2))
+    assert rel.lock["mode"] == "written" and len(lock2.scenes) == 4 and len(lock2.skipped) == 4
+    assert {s.split(".")[0] for s in lock2.skipped} == {"hs_dinner_who_gets_it"}
+    assert all("knock_on_door" in r for r in lock2.skipped.values())
+    fol = _build(tmp_path / "o3", lib, tmp_path / "cold", lock=lock2, reference=r1_lock)
+    assert fol.realization_summary()["reproduced"] == 4
+    assert len(fol.skipped) == 4 and all("skipped as the lock records" in s["reason"] for s in fol.skipped)
+    assert _parquet_bytes(tmp_path / "o3") == _parquet_bytes(tmp_path / "o2")
+    with pytest.raises(ValueError, match="records no skips"):
+        write_lock(lib, [], {}, {}, {}, skipped=fol.skipped)
+
+
 def test_realization2_relock_writes_its_own_lock_and_a_build_follows_it(tmp_path, session_cache):
     from casu_dataset.dataset.lock import LockError, load_for
 

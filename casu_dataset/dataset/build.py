@@ -335,6 +335,14 @@ def build_dataset(
             "library_sha256": lock.header["library_sha256"],
             "mode": "followed",
         }
+        if lock.skipped:  # the reference build skipped these (its lock says why): never built anew
+            why = lock.skipped
+            report.skipped.extend(
+                {"scene_id": s.script.id, "reason": f"skipped as the lock records: {why[s.script.id]}"}
+                for s in scenes
+                if s.script.id in why
+            )
+            scenes = [s for s in scenes if s.script.id not in lock.skipped]
     entries: list[dict] = []  # the new lock's scene entries, with relock
     # Scripts that failed validation upstream are reported with the build (and in the card).
     report.skipped.extend(sorted(invalid or [], key=lambda s: s["scene_id"]))
@@ -413,7 +421,9 @@ def build_dataset(
         settings = build_settings(builder, seed, config.command, config.name or DEFAULT_NAME)
         on_configs = None
         if relock is not None:
-            if report.skipped:
+            # A realization-1 lock holds every scene; a realization-2 lock records its skips (within
+            # max_skips, checked above) with their reasons, so it still covers the whole library.
+            if report.skipped and config.realization == 1:
                 raise BuildError(
                     Field("lock", "relock"),
                     f": {len(report.skipped)} scenes were skipped; a lock covers the whole "
@@ -432,6 +442,7 @@ def build_dataset(
                     hashes,
                     realization=config.realization,
                     reference=getattr(builder, "reference", None),
+                    skipped=report.skipped if config.realization != 1 else None,
                 )
                 report.lock = {
                     "file": new.path.name,

@@ -100,6 +100,13 @@ class Lock:
     def short(self) -> str:
         return self.sha256[:16]
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """scene id -> reason, for the scenes the reference build could not build (a realization-2
+        lock only: a layer with no other recording of its type, a mixture that cannot fit
+        realization 1's gain). A build that follows the lock skips them with that reason."""
+        return {s["scene_id"]: s["reason"] for s in self.header.get("skipped", [])}
+
     def entry(self, scene_id: str) -> dict:
         try:
             return self.scenes[scene_id]
@@ -186,7 +193,7 @@ def load_for(
                 ", or ",
                 NO_LOCK,
             )
-    missing = sorted(set(scene_ids) - set(lock.scenes))
+    missing = sorted(set(scene_ids) - set(lock.scenes) - set(lock.skipped))
     if missing:
         raise LockError(
             f"{p}: no entry for {len(missing)} scene(s) of the library (first: {missing[0]}); build with ",
@@ -218,10 +225,15 @@ def write_lock(
     configs: dict[str, str],
     realization: int = 1,
     reference: Lock | None = None,
+    skipped: list[dict] | None = None,
 ) -> Lock:
     """Write the lock for `lib` atomically; `configs`: config name -> sha256 of its parquet files.
     Realization 2's lock (its own file) also records the realization-1 lock it was made against
-    (`reference`; None: realization 1 was decided in the same build)."""
+    (`reference`; None: realization 1 was decided in the same build) and the scenes the build
+    skipped, with their reasons (`skipped`: [{scene_id, reason}]), so it still covers the whole
+    library. A realization-1 lock never has skips: every scene of the library is in it."""
+    if skipped and realization == 1:
+        raise ValueError("a realization-1 lock covers every scene of the library: it records no skips")
     from casu_dataset.core import atomic
     from casu_dataset.core.isa import describe
 
@@ -237,6 +249,10 @@ def write_lock(
     if realization != 1:
         header["realization"] = realization
         header["reference_lock_sha256"] = reference.sha256 if reference is not None else None
+        header["skipped"] = sorted(
+            ({"scene_id": x["scene_id"], "reason": x["reason"]} for x in skipped or []),
+            key=lambda x: x["scene_id"],
+        )
     lines = [json.dumps(header, sort_keys=True)]
     lines += [
         json.dumps(e, sort_keys=True, separators=(",", ":"))

@@ -356,16 +356,17 @@ def _render(
         stems[layer] = _sum_placed(placed[layer], [s * g["stem"] for s in g["sources"]], n)
     mixture = stems["background"] + stems["speech"]
     mixture += stems["events"]
-    peak = max(float(mixture.max()), -float(mixture.min())) if n else 0.0
+    peak = _peak(mixture)
+    top = _top_peak(mixture, stems)
     forced = clip_gain is not None
     if clip_gain is not None:
-        if peak * clip_gain > cfg.peak_limit * (1 + 1e-6):
+        if top * clip_gain > cfg.peak_limit * (1 + 1e-6):
             raise ValueError(
-                f"forced clip gain {clip_gain:.6f} leaves a peak of {peak * clip_gain:.4f} "
+                f"forced clip gain {clip_gain:.6f} leaves a peak of {top * clip_gain:.4f} "
                 f"above the {cfg.peak_limit} limit"
             )
     else:
-        clip_gain = cfg.peak_limit / peak if peak > cfg.peak_limit else 1.0
+        clip_gain = cfg.peak_limit / top if top > cfg.peak_limit else 1.0
     if clip_gain != 1.0:
         # Scale the mixture and the stems alike so mixture == sum(stems) still holds.
         g32 = np.float32(clip_gain)
@@ -373,6 +374,18 @@ def _render(
         stems = {k: v * g32 for k, v in stems.items()}
     gains = dict(gains, clip_gain=clip_gain, peak_before=peak, clip_gain_forced=forced)
     return mixture, stems, gains
+
+
+def _peak(x: np.ndarray) -> float:
+    return max(float(x.max()), -float(x.min())) if x.size else 0.0
+
+
+def _top_peak(mixture: np.ndarray, stems: dict[str, np.ndarray]) -> float:
+    """The peak the anti-clipping gain must bring under the limit: the mixture's or any stem's.
+    Every published stem must fit the limit too, not only their sum: where the layers cancel, a
+    stem alone can peak above the mixture (and realization 2, which keeps the speech stem and
+    changes the others, could then fit no gain at all)."""
+    return max(_peak(mixture), *(_peak(v) for v in stems.values()))
 
 
 def _load_clips(sources: SceneSources, cache: ClipCache) -> dict[str, Clip]:

@@ -248,13 +248,17 @@ def _headroom(p: Prepared, cfg) -> tuple[float, float]:
     sp = _sum_placed(placed["speech"], [s * g["speech"]["stem"] for s in g["speech"]["sources"]], n)
     ev = _sum_placed(placed["events"], [s * g["events"]["stem"] for s in g["events"]["sources"]], n)
     s = sp.astype(np.float64)
-    x = (bed * np.float32(g["background"]["stem"])).astype(np.float64) + ev
+    b = (bed * np.float32(g["background"]["stem"])).astype(np.float64)
+    x = b + ev
     m = cfg.peak_limit / p.clip_gain * (1 - _PEAK_MARGIN)
     pos, neg, zero = x > 0, x < 0, x == 0
+    # Each scaled stem must fit the limit on its own as well (mixer._render's rule).
+    stem_peaks = [float(np.abs(v).max(initial=0.0)) for v in (b, ev)]
     hi = min(
         1.0,
         float(((m - s[pos]) / x[pos]).min(initial=math.inf)),
         float(((-m - s[neg]) / x[neg]).min(initial=math.inf)),
+        *(m / v for v in stem_peaks if v > 0),
     )
     lo = max(
         float(((-m - s[pos]) / x[pos]).max(initial=-math.inf)),
@@ -308,11 +312,20 @@ def family_headroom(prepared: list[Prepared]) -> float:
     the variants' largest, so the variants that share a fill keep byte-identical non-speech stems."""
     a = min(p.headroom[1] for p in prepared)
     for p in prepared:
-        if not (a > 0 and a >= p.headroom[0]):
+        lo, hi = p.headroom
+        if lo > hi or hi <= 0:
+            # Only a speech stem that peaks above the limit on its own leaves no factor at all
+            # (realization 1 builds made before every stem was held under the limit).
+            raise Realization2Error(
+                f"{where(p.scene)}: no factor on the background and events fits realization 1's "
+                f"anti-clipping gain {p.clip_gain:.4f}: realization 1's speech stem alone peaks "
+                "above the limit where the new recordings sound (rebuild realization 1)"
+            )
+        if not (a > 0 and a >= lo):
             raise Realization2Error(
                 f"{where(p.scene)}: the new recordings cannot be mixed under realization 1's "
-                f"anti-clipping gain {p.clip_gain:.4f} (non-speech factor {a:.4f} outside "
-                f"[{max(p.headroom[0], 0):.4f}, {p.headroom[1]:.4f}])"
+                f"anti-clipping gain {p.clip_gain:.4f}: the family's factor {a:.4f} on the "
+                f"background and events is outside this variant's feasible [{max(lo, 0):.4f}, {hi:.4f}]"
             )
     return a
 
