@@ -144,33 +144,49 @@ def test_realization2_varies_every_recording_and_keeps_speech_and_timeline(casu_
     )
 
 
+def _one_recording_library(tmp_path: Path) -> tuple[Path, str, str]:
+    """A library of hs_dinner_who_gets_it and a second family, where the first's first fill is
+    re-typed to a bank type that has ONE recording (its description and keywords that clip's
+    caption, so retrieval finds it): realization 2 cannot vary that family. (lib, type, fill key)"""
+    from collections import Counter
+
+    clips = Catalog.embedded().clips
+    n = Counter((c.kind, c.type) for c in clips)
+    one = sorted((c for c in clips if c.kind == "event" and n[("event", c.type)] == 1), key=lambda c: c.id)
+    assert one, "the bank has no one-recording event type left to test realization 2's refusal with"
+    clip = one[0]
+    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    fam = docs["hs_dinner_who_gets_it"]
+    key = next(iter(fam["fills"]))
+    fam["fills"][key] = {"type": clip.type, "description": clip.caption, "keywords": list(clip.keywords)}
+    lib = tmp_path / "lib.yaml"
+    lib.write_text(yaml.safe_dump([fam, docs[HARNESS_FAMILIES[1]]], sort_keys=False))
+    return lib, clip.type, key
+
+
 def test_a_type_with_one_recording_is_a_named_error_or_a_counted_skip(casu_small, tmp_path, session_cache):
-    """hs_dinner_who_gets_it's `knock` fill has bank type knock_on_door, which the bank holds once:
-    realization 2 refuses to build it (naming family, layer and type) before anything is built;
-    with --max-skips it builds the other families and reports that one as skipped, never reusing
-    realization 1's recording."""
+    """A fill whose bank type the bank holds once: realization 2 refuses to build its family
+    (naming family, layer and type) before anything is built; with --max-skips it builds the other
+    families and reports that one as skipped, never reusing realization 1's recording."""
     from casu_dataset.api import build
     from casu_dataset.dataset.build import BuildError
     from casu_dataset.dataset.config import BuildConfig
 
-    docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
-    keep = ["hs_dinner_who_gets_it", HARNESS_FAMILIES[1]]
-    lib = tmp_path / "lib.yaml"
-    lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in keep], sort_keys=False))
+    lib, one, key = _one_recording_library(tmp_path)
     cfg = dict(scenarios=lib, cache=session_cache, check_speech=False, progress=False, realization=2)
     with pytest.raises(BuildError) as err:
         build(BuildConfig(out=tmp_path / "o", **cfg))
     msg = str(err.value)
-    assert "realization=2" in msg and "family hs_dinner_who_gets_it, layer events.cue (fill 'knock')" in msg
-    assert "bank type 'knock_on_door' has 1 usable event recording" in msg and "max_skips=4" in msg
-    assert msg.count("knock_on_door") == 1 and not (tmp_path / "o").exists()
+    assert "realization=2" in msg and f"family hs_dinner_who_gets_it, layer events.cue (fill {key!r})" in msg
+    assert f"bank type {one!r} has 1 usable event recording" in msg and "max_skips=4" in msg
+    assert msg.count(one) == 1 and not (tmp_path / "o").exists()
     from casu_dataset.cli.build import flag
 
     assert "--realization 2" in err.value.render(flag) and "--max-skips 4" in err.value.render(flag)
     res = build(BuildConfig(out=tmp_path / "o", max_skips=4, **cfg))
     assert sorted({s.split(".")[0] for s in res.built}) == [HARNESS_FAMILIES[1]]
     assert len(res.skipped) == 4 and all("realization 2 not varied" in s["reason"] for s in res.skipped)
-    assert "knock_on_door" in (tmp_path / "o" / "README.md").read_text()
+    assert one in (tmp_path / "o" / "README.md").read_text()
     assert (
         json.loads((tmp_path / "o" / "build_report.json").read_text())["settings"]["name"]
         == "lib (realization 2)"
@@ -183,17 +199,14 @@ def test_realization2_lock_records_skipped_families(tmp_path, session_cache):
     (never builds it anew) and reproduces the rest byte for byte. A realization-1 lock has no skips."""
     from casu_dataset.dataset.lock import write_lock
 
-    docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
-    keep = ["hs_dinner_who_gets_it", HARNESS_FAMILIES[1]]
-    lib = tmp_path / "lib.yaml"
-    lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in keep], sort_keys=False))
+    lib, one, key = _one_recording_library(tmp_path)
     _build(tmp_path / "r1", lib, session_cache, realization=1, relock=True)
     r1_lock = read_lock(lock_path(lib))
     rel = _build(tmp_path / "o2", lib, session_cache, relock=True, reference=r1_lock)
     lock2 = read_lock(lock_path(lib, 2))
     assert rel.lock["mode"] == "written" and len(lock2.scenes) == 4 and len(lock2.skipped) == 4
     assert {s.split(".")[0] for s in lock2.skipped} == {"hs_dinner_who_gets_it"}
-    assert all("knock_on_door" in r for r in lock2.skipped.values())
+    assert all("Realization2Error" in r and f"bank type {one!r}" in r for r in lock2.skipped.values())
     fol = _build(tmp_path / "o3", lib, tmp_path / "cold", lock=lock2, reference=r1_lock)
     assert fol.realization_summary()["reproduced"] == 4
     assert len(fol.skipped) == 4 and all("skipped as the lock records" in s["reason"] for s in fol.skipped)
