@@ -207,3 +207,18 @@ def test_build_catalog_flag_formats(corpus):
     assert len(load_catalog(f"fsd50k:{corpus / 'dev.csv'}:{corpus / 'audio'}")) == 2
     with pytest.raises(CatalogError, match="^catalogs 'freesound:x': expected embedded"):
         load_catalog("freesound:x")
+
+
+def test_fingerprint_follows_a_clip_moved_to_another_type():
+    """A fill retrieves only clips of its own bank type, so moving a clip to another type
+    (`build_bank.py --labels` with bank_retype.json) must change the catalog fingerprint: every
+    scene cache, embedding cache and lock keyed on it then misses instead of serving stale scenes."""
+    import dataclasses
+
+    cat = Catalog.embedded()
+    i = next(i for i, c in enumerate(cat.clips) if c.type == "factory_industrial")
+    moved = list(cat.clips)
+    moved[i] = dataclasses.replace(moved[i], type="woodworking_workshop")
+    other = Catalog(cat.name, moved, cat.report)
+    assert [c.captions for c in other.clips] == [c.captions for c in cat.clips]
+    assert other.fingerprint() != cat.fingerprint()

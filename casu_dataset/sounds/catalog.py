@@ -143,10 +143,14 @@ class Catalog:
         return self.measured_duration.get(clip.id, clip.duration)
 
     def fingerprint(self) -> str:
-        """Content hash of what retrieval sees: ids, kinds, captions, keywords, durations."""
+        """Content hash of what retrieval sees: ids, kinds, bank types, captions, keywords,
+        durations. The type is in it because a fill retrieves only clips of its own type: a clip
+        moved to another type (`build_bank.py --labels`) changes what a scene can retrieve, so
+        every cache keyed on the catalog must miss."""
         h = hashlib.sha256()
         for c in self.clips:
-            h.update(json.dumps([c.id, c.kind, c.captions, c.keywords, round(c.duration, 3)]).encode())
+            row = [c.id, c.kind, c.type, c.captions, c.keywords, round(c.duration, 3)]
+            h.update(json.dumps(row).encode())
         return h.hexdigest()[:20]
 
     def merged(self, other: "Catalog") -> "Catalog":
