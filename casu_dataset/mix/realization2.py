@@ -310,17 +310,21 @@ def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | Non
 def family_headroom(prepared: list[Prepared]) -> float:
     """The one non-speech factor of a family (1.0 unless a variant would clip): the smallest of
     the variants' largest, so the variants that share a fill keep byte-identical non-speech stems."""
+    for p in prepared:  # a variant with no feasible factor at all names itself first
+        lo, hi = p.headroom
+        if lo > hi or hi <= 0:
+            # Realization 1's speech stem reaches the limit on its own (its gain was set by that
+            # stem, where its bed cancelled the speech): kept byte for byte, it leaves the new
+            # recordings no room where they sound with the same sign.
+            raise Realization2Error(
+                f"{where(p.scene)}: no factor on the background and events fits realization 1's "
+                f"anti-clipping gain {p.clip_gain:.4f}: realization 1's speech stem reaches the peak "
+                "limit on its own, and realization 2 keeps it byte for byte, so the new recordings "
+                "have no room where they sound with it"
+            )
     a = min(p.headroom[1] for p in prepared)
     for p in prepared:
         lo, hi = p.headroom
-        if lo > hi or hi <= 0:
-            # Only a speech stem that peaks above the limit on its own leaves no factor at all
-            # (realization 1 builds made before every stem was held under the limit).
-            raise Realization2Error(
-                f"{where(p.scene)}: no factor on the background and events fits realization 1's "
-                f"anti-clipping gain {p.clip_gain:.4f}: realization 1's speech stem alone peaks "
-                "above the limit where the new recordings sound (rebuild realization 1)"
-            )
         if not (a > 0 and a >= lo):
             raise Realization2Error(
                 f"{where(p.scene)}: the new recordings cannot be mixed under realization 1's "
