@@ -334,8 +334,10 @@ def length_readers(scenes: list) -> dict:
 
 
 def format_report(cov: dict, violations: list, blind: dict | None, built: tuple | None) -> str:
+    from casu_dataset.dataset.card import DATASET_VERSION
+
     lines = [
-        "# CASU-mini v2 validity report",
+        f"# CASU-mini validity report (contrast families; dataset {DATASET_VERSION})",
         "",
         f"families {cov['families']} ({', '.join(f'{k} {v}' for k, v in cov['per_shape'].items())}; slot "
         f"kind {', '.join(f'{k} {v}' for k, v in cov['per_slot_kind'].items())}), scenes {cov['scenes']}, "
