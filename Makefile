@@ -15,7 +15,7 @@ setup:
 #   (--limit 32: the first 8 families of each task; Whisper on every variant's mixture is the
 #   cost, ~1 s a request: every row would take about an hour),
 # - the blind baseline (SmolLM2, question only) on the first 300 rows (75 families) of each MCQ
-#   task: ~0.2 s a request, all of v3's would take 8-9 minutes (`make baselines` runs them all),
+#   task: ~0.1 s a request unloaded (all 2,604 of 3.1: about 4 minutes; `make baselines` runs them all),
 # - the random baseline on every question and description: its request count equals the rows.
 # Results: demo_out/results/<model>/results_<date>.md. Every model output is cached: a rerun takes seconds.
 demo: setup
