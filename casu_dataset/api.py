@@ -186,13 +186,14 @@ def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: lis
     variants are one unit), never built on realization 1's recording; beyond it, BuildError naming
     every (family, layer, type) before anything is built."""
     from casu_dataset.dataset.build import BuildError
+    from casu_dataset.dataset.executor import unit_key
     from casu_dataset.mix.realization2 import variation_problems
 
     problems = variation_problems(scenes, builder.retriever)
     if not problems:
         return scenes
-    bad_units = {getattr(sc, "family_id", "") or sc.script.id for sc, _ in problems}
-    drop = [s for s in scenes if (getattr(s, "family_id", "") or s.script.id) in bad_units]
+    bad_units = {unit_key(sc) for sc, _ in problems}
+    drop = [s for s in scenes if unit_key(s) in bad_units]
     msgs = list(dict.fromkeys(m for _, m in problems))
     if config.max_skips is not None and len(drop) > config.max_skips:
         raise BuildError(
@@ -209,9 +210,9 @@ def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: lis
         )
     why: dict[str, list[str]] = {}
     for sc, m in problems:
-        why.setdefault(getattr(sc, "family_id", "") or sc.script.id, []).append(m)
+        why.setdefault(unit_key(sc), []).append(m)
     for s in drop:
-        u = getattr(s, "family_id", "") or s.script.id
+        u = unit_key(s)
         invalid.append(
             {
                 "scene_id": s.script.id,

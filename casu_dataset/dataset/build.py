@@ -342,7 +342,7 @@ def build_dataset(
                 for s in scenes
                 if s.script.id in why
             )
-            scenes = [s for s in scenes if s.script.id not in lock.skipped]
+            scenes = [s for s in scenes if s.script.id not in why]
     entries: list[dict] = []  # the new lock's scene entries, with relock
     # Scripts that failed validation upstream are reported with the build (and in the card).
     report.skipped.extend(sorted(invalid or [], key=lambda s: s["scene_id"]))

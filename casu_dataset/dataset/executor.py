@@ -16,12 +16,17 @@ from casu_dataset.families.compile import FamilyScene
 EXECUTORS = ("local", "ray")
 
 
+def unit_key(scene) -> str:
+    """A scene's unit of work: its contrast family's id, or its own id."""
+    return scene.family_id if isinstance(scene, FamilyScene) else scene.script.id
+
+
 def build_units(scenes: list) -> dict[str, list]:
     """Units of work by key: a contrast family's variants together (key: family id), any other
     scene alone (key: scene id)."""
     units: dict[str, list] = {}
     for s in sorted(scenes, key=lambda s: s.script.id):
-        units.setdefault(s.family_id if isinstance(s, FamilyScene) else s.script.id, []).append(s)
+        units.setdefault(unit_key(s), []).append(s)
     return units
 
 

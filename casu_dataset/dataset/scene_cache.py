@@ -93,10 +93,21 @@ def build_scene(
     if touched is not None:
         touched.append(d.name)
     if (d / "done").is_file():
-        ann = json.loads((d / "annotation.json").read_text())
-        flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
-        return {"annotation": ann, "flac": flac}, True
-    res = builder.build(scene.script, seed, **(settings or {}))
+        return _load_built(d), True
+    return _store_built(d, builder.build(scene.script, seed, **(settings or {}))), False
+
+
+def _load_built(d: Path) -> dict:
+    """{annotation, flac} of a cached scene folder."""
+    return {
+        "annotation": json.loads((d / "annotation.json").read_text()),
+        "flac": {k: (d / f"{k}.flac").read_bytes() for k in STEMS},
+    }
+
+
+def _store_built(d: Path, res) -> dict:
+    """Cache a MixResult in `d` and return its {annotation, flac} as a cache hit would (the
+    annotation read back, so a fresh build and a hit give the same JSON)."""
     flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
     _store(
         d,
@@ -105,7 +116,7 @@ def build_scene(
             **{f"{k}.flac": b for k, b in flac.items()},
         },
     )
-    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}, False
+    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}
 
 
 def _store(d: Path, files: dict[str, bytes]) -> None:
@@ -223,16 +234,7 @@ def build_unit_r2(
     if touched is not None:
         touched.extend(d.name for d in dirs.values())
     if all((d / "done").is_file() for d in dirs.values()):
-        return {
-            sid: (
-                {
-                    "annotation": json.loads((d / "annotation.json").read_text()),
-                    "flac": {k: (d / f"{k}.flac").read_bytes() for k in STEMS},
-                },
-                True,
-            )
-            for sid, d in dirs.items()
-        }
+        return {sid: (_load_built(d), True) for sid, d in dirs.items()}
 
     def named(scene, fn, *args):
         try:
@@ -251,18 +253,7 @@ def build_unit_r2(
         sid = p.scene.script.id
         res = named(p.scene, R2.render, builder, p, headroom)
         R2.check_same_timeline(p.ann1, res.annotation)
-        flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
-        _store(
-            dirs[sid],
-            {
-                "annotation.json": json.dumps(res.annotation, sort_keys=True).encode(),
-                **{f"{k}.flac": b for k, b in flac.items()},
-            },
-        )
-        out[sid] = (
-            {"annotation": json.loads((dirs[sid] / "annotation.json").read_text()), "flac": flac},
-            False,
-        )
+        out[sid] = (_store_built(dirs[sid], res), False)
     return out
 
 

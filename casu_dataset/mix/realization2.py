@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ from casu_dataset.mix.mixer import (
     _annotation,
     _load_clips,
     _measure_gains,
+    _peak,
     _render,
     _sum_placed,
     _unit_layers,
@@ -102,10 +104,8 @@ def variation_problems(scenes: list, retriever) -> list[tuple[Any, str]]:
     two usable recordings of its kind in the catalog, or it has no bank type. Checked before any
     scene is built; the message names the family, the layer and the type."""
     cat = retriever.catalog
-    counts: dict[tuple[str, str], int] = {}
-    for c, ok in zip(cat.clips, retriever.usable):
-        if ok and c.type:
-            counts[(c.kind, c.type)] = counts.get((c.kind, c.type), 0) + 1
+    ok = retriever.usable
+    counts = Counter(zip(retriever.kinds[ok].tolist(), retriever.types[ok].tolist()))
     out = []
     for sc in scenes:
         for key, kind, _, _ in layers(sc):
@@ -253,7 +253,7 @@ def _headroom(p: Prepared, cfg) -> tuple[float, float]:
     m = cfg.peak_limit / p.clip_gain * (1 - _PEAK_MARGIN)
     pos, neg, zero = x > 0, x < 0, x == 0
     # Each scaled stem must fit the limit on its own as well (mixer._render's rule).
-    stem_peaks = [float(np.abs(v).max(initial=0.0)) for v in (b, ev)]
+    stem_peaks = [_peak(b), _peak(ev)]
     hi = min(
         1.0,
         float(((m - s[pos]) / x[pos]).min(initial=math.inf)),
