@@ -417,3 +417,49 @@ def test_robustness_dataset_must_be_another_realization(casu_small):
 
     rc, out, _ = call_main(main, ["--help"])
     assert rc == 0 and "--robustness_dataset" in out
+
+
+# A family of the shipped library whose realization-1 speech stem reaches the peak limit on its
+# own (its bed cancelled the speech where it peaks): under realization 1's gain, kept byte for
+# byte, no recording of the same types fits beside it.
+SPEECH_AT_LIMIT = "hs_grandpa_or_pizza"
+
+
+def test_a_family_whose_speech_stem_sets_the_gain_takes_a_lower_family_gain(tmp_path, session_cache):
+    """Realization 2 of a family whose realization-1 speech stem alone sets the anti-clipping gain:
+    no factor on the new background and events fits that gain, so the family takes realization 1's
+    rule on its new mixtures (one lower gain for all variants, the layers' balance kept), recorded
+    as `speech_scale`; its speech stems are realization 1's scaled by it, and every mixture and stem
+    stays under the peak limit."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from casu_dataset.mix.mixer import MixConfig
+
+    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    lib = tmp_path / "lib.yaml"
+    lib.write_text(yaml.safe_dump([docs[SPEECH_AT_LIMIT]], sort_keys=False))
+    _build(tmp_path / "r1", lib, session_cache, realization=1, relock=True)
+    rep = _build(tmp_path / "r2", lib, session_cache, relock=True, reference=read_lock(lock_path(lib)))
+    assert len(rep.built) == 4 and not rep.skipped, rep.skipped
+    a, b = _scenes(tmp_path / "r1"), _scenes(tmp_path / "r2")
+    limit = MixConfig().peak_limit
+    scales, peaks1 = set(), []
+    for sid in a:
+        A, B = json.loads(a[sid]["annotation"]), json.loads(b[sid]["annotation"])
+        r = B["extra"]["realization"]
+        scales.add(r["speech_scale"])
+        assert r["nonspeech_headroom"] == 1.0
+        assert B["gains"]["clip_gain"] == pytest.approx(A["gains"]["clip_gain"] * r["speech_scale"], rel=1e-9)
+        s1, _ = sf.read(io.BytesIO(a[sid]["speech"]["bytes"]), dtype="float64")
+        s2, _ = sf.read(io.BytesIO(b[sid]["speech"]["bytes"]), dtype="float64")
+        peaks1.append(np.abs(s1).max())
+        # realization 2's speech: realization 1's samples, scaled
+        np.testing.assert_allclose(s2, s1 * r["speech_scale"], atol=2**-14)
+        for col in ("audio", "speech", "background", "events"):
+            x, _ = sf.read(io.BytesIO(b[sid][col]["bytes"]), dtype="float64")
+            assert np.abs(x).max() <= limit + 2**-15, (sid, col)
+    (scale,) = scales  # one gain for the whole family
+    assert 0.5 < scale < 1.0 and max(peaks1) >= limit - 1e-3  # a speech version at the limit

@@ -247,11 +247,11 @@ def build_unit_r2(
             ) from err
 
     prepared = [named(s, R2.prepare, builder, s, seed, *refs[s.script.id]) for s in unit]
-    headroom = R2.family_headroom(prepared)
+    fam = R2.family_headroom(prepared, builder.mix_config.peak_limit)
     out = {}
     for p in prepared:
         sid = p.scene.script.id
-        res = named(p.scene, R2.render, builder, p, headroom)
+        res = named(p.scene, R2.render, builder, p, fam)
         R2.check_same_timeline(p.ann1, res.annotation)
         out[sid] = (_store_built(dirs[sid], res), False)
     return out

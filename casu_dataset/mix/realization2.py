@@ -20,6 +20,12 @@ same run):
   recordings would clip under it, the background and events (not the speech) are attenuated by the
   family's smallest `nonspeech_headroom` factor (recorded in the annotation, and their targets
   lowered to match, so the recorded expected loudness stays true).
+  Where no such factor exists (realization 1's speech stem reaches the peak limit on its own: its
+  gain was set by that stem, where its bed cancelled the speech), the family takes the anti-clipping
+  rule of realization 1 instead: the smallest gain over its variants that brings every variant's
+  new mixture and stems under the limit, the layers' balance untouched (`nonspeech_headroom` 1).
+  Its speech stem is then realization 1's scaled by `speech_scale` (< 1, recorded in the
+  annotation; absent means 1): the same samples, a few dB quieter, the same in every variant.
 
 A layer whose bank type has no other usable recording cannot vary: `variation_problems` lists
 every such (family, layer, type) before anything is built (see api.build), and building one is a
@@ -205,7 +211,17 @@ class Prepared:
     gains: dict
     clip_gain: float
     headroom: tuple[float, float] = (-math.inf, 1.0)  # the feasible range of the non-speech factor
+    top: float = 0.0  # the new mixture's (or a stem's) peak before any anti-clipping gain
     types: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FamilyGain:
+    """How a family's realization 2 fits the peak limit (the same for all its variants)."""
+
+    nonspeech: float  # the factor on the background and events (`nonspeech_headroom`)
+    clip_gain: float  # the anti-clipping gain: realization 1's, or lower (see the module docstring)
+    speech_scale: float = 1.0  # clip_gain / realization 1's: the speech stem's factor
 
 
 def _plan(ann1: dict, scene, seed: int, sources: SceneSources, clips: dict, sr: int) -> dict:
@@ -239,9 +255,10 @@ def _plan(ann1: dict, scene, seed: int, sources: SceneSources, clips: dict, sr: 
     return plan
 
 
-def _headroom(p: Prepared, cfg) -> tuple[float, float]:
+def _headroom(p: Prepared, cfg) -> tuple[tuple[float, float], float]:
     """The range [lo, hi] (hi <= 1) of factors on the background and events that keeps the mixture
-    under realization 1's anti-clipping gain, the speech untouched."""
+    under realization 1's anti-clipping gain, the speech untouched; and the peak (mixture or stem,
+    mixer._top_peak's rule) of the new mixture before any gain."""
     n = p.plan["num_samples"]
     bed, placed = _unit_layers(p.plan, p.sources, p.clips, cfg)
     g = p.gains
@@ -266,7 +283,8 @@ def _headroom(p: Prepared, cfg) -> tuple[float, float]:
     )
     if np.any(np.abs(s[zero]) > m):
         lo = math.inf
-    return lo, hi
+    top = max(_peak(s + x), _peak(s), *stem_peaks)
+    return (lo, hi), top
 
 
 def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | None = None) -> Prepared:
@@ -303,38 +321,33 @@ def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | Non
         for k, _, _, _ in layers(scene)
     }
     p = Prepared(scene, ann1, found, speech, sources, clips, plan, gains, float(g1["clip_gain"]), types=types)
-    p.headroom = _headroom(p, cfg)
+    p.headroom, p.top = _headroom(p, cfg)
     return p
 
 
-def family_headroom(prepared: list[Prepared]) -> float:
-    """The one non-speech factor of a family (1.0 unless a variant would clip): the smallest of
-    the variants' largest, so the variants that share a fill keep byte-identical non-speech stems."""
-    for p in prepared:  # a variant with no feasible factor at all names itself first
-        lo, hi = p.headroom
-        if lo > hi or hi <= 0:
-            # Realization 1's speech stem reaches the limit on its own (its gain was set by that
-            # stem, where its bed cancelled the speech): kept byte for byte, it leaves the new
-            # recordings no room where they sound with the same sign.
-            raise Realization2Error(
-                f"{where(p.scene)}: no factor on the background and events fits realization 1's "
-                f"anti-clipping gain {p.clip_gain:.4f}: realization 1's speech stem reaches the peak "
-                "limit on its own, and realization 2 keeps it byte for byte, so the new recordings "
-                "have no room where they sound with it"
-            )
-    a = min(p.headroom[1] for p in prepared)
-    for p in prepared:
-        lo, hi = p.headroom
-        if not (a > 0 and a >= lo):
-            raise Realization2Error(
-                f"{where(p.scene)}: the new recordings cannot be mixed under realization 1's "
-                f"anti-clipping gain {p.clip_gain:.4f}: the family's factor {a:.4f} on the "
-                f"background and events is outside this variant's feasible [{max(lo, 0):.4f}, {hi:.4f}]"
-            )
-    return a
+def family_headroom(prepared: list[Prepared], peak_limit: float) -> FamilyGain:
+    """The one gain setting of a family, so the variants that share a fill keep byte-identical
+    non-speech stems and those that share a speech version byte-identical speech stems: realization
+    1's anti-clipping gain with the smallest of the variants' largest non-speech factors (1.0 unless
+    a variant would clip); or, where some variant has no such factor, a lower anti-clipping gain
+    on the whole mixture (see the module docstring)."""
+    g1 = prepared[0].clip_gain
+    if any(p.clip_gain != g1 for p in prepared):  # realization 1 shares one gain per family
+        raise Realization2Error(
+            f"{where(prepared[0].scene)}: realization 1's variants do not share one anti-clipping gain"
+        )
+    if all(p.headroom[0] <= p.headroom[1] and p.headroom[1] > 0 for p in prepared):
+        a = min(p.headroom[1] for p in prepared)
+        if all(a >= p.headroom[0] for p in prepared):
+            return FamilyGain(nonspeech=a, clip_gain=g1)
+    # Realization 1's speech stem leaves the new recordings no room under its gain (it reaches the
+    # limit on its own where its bed cancelled the speech): realization 1's rule on the new mix.
+    top = max(p.top for p in prepared)
+    g = min(g1, peak_limit / top * (1 - _PEAK_MARGIN)) if top > 0 else g1
+    return FamilyGain(nonspeech=1.0, clip_gain=g, speech_scale=g / g1)
 
 
-def render(builder, p: Prepared, headroom: float) -> MixResult:
+def render(builder, p: Prepared, fam: FamilyGain) -> MixResult:
     """The variant's mixture, stems and annotation; its speech checked in the mixture as
     realization 1's (MixIntelligibilityError fails the scene)."""
     from casu_dataset.mix.realize import _match, portable_paths
@@ -342,12 +355,12 @@ def render(builder, p: Prepared, headroom: float) -> MixResult:
 
     cfg = builder.mix_config
     gains = copy.deepcopy(p.gains)
-    if headroom < 1.0:
-        db = 20 * math.log10(headroom)
+    if fam.nonspeech < 1.0:
+        db = 20 * math.log10(fam.nonspeech)
         for layer in ("background", "events"):
-            gains[layer]["stem"] *= headroom
+            gains[layer]["stem"] *= fam.nonspeech
             gains[layer]["target_lufs"] += db
-    mixture, stems, gains = _render(p.plan, p.sources, p.clips, cfg, gains, builder.cache, p.clip_gain)
+    mixture, stems, gains = _render(p.plan, p.sources, p.clips, cfg, gains, builder.cache, fam.clip_gain)
     r = builder.retriever
     ref = reference_clips(p.ann1)
     extra = {
@@ -369,9 +382,11 @@ def render(builder, p: Prepared, headroom: float) -> MixResult:
                 "background": ref["background"],
                 "events": [ref[j] for j in range(len(p.ann1["events"]))],
             },
-            "nonspeech_headroom": headroom,
+            "nonspeech_headroom": fam.nonspeech,
         },
     }
+    if fam.speech_scale != 1.0:  # absent where the speech stem is realization 1's byte for byte
+        extra["realization"]["speech_scale"] = fam.speech_scale
     ann = _annotation(p.scene.script, p.sources, p.clips, p.ann1["seed"], cfg, p.plan, gains, stems, extra)
     res = MixResult(mixture, stems, portable_paths(ann, {"{speech_cache}": builder.synth.dir}))
     res.annotation["extra"]["mix_intelligibility"] = check_mix(
