@@ -73,3 +73,33 @@ def test_the_same_sound_twice_is_not_distinct(clips_dir):
     same = np.sqrt(np.mean((cc.band_profile(x) - cc.band_profile(x * np.float32(1.0))) ** 2))
     other = np.sqrt(np.mean((cc.band_profile(x) - cc.band_profile(y)) ** 2))
     assert same == 0.0 and other > cc.DISTINCT_MIN_DB
+
+
+def test_fill_truth_over_every_recording_of_the_type_names_the_recording_that_says_otherwise(
+    tmp_path, session_cache
+):
+    """A ferry-horn fill against every recording of its type: the bank's ship's-bell clip (typed
+    ship_ferry_horn) does not say what the fill says and is listed with its caption; the horns
+    themselves are not."""
+    import yaml
+
+    from casu_dataset.families import validity as fv
+    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.sounds.catalog import Catalog
+    from casu_dataset.sounds.retrieval import Retriever
+
+    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    fam = docs["tc_x_hello_or_goodbye"]
+    assert fam["fills"]["ferry"]["type"] == "ship_ferry_horn"
+    lib = tmp_path / "type_truth.yaml"
+    lib.write_text(yaml.safe_dump([fam], sort_keys=False))
+    r = Retriever(Catalog.embedded(), cache_dir=session_cache)
+    st = fv.check_type_truth(compile_families(lib), r)
+    horns = [c for c in r.catalog.clips if c.type == "ship_ferry_horn" and c.kind == "event"]
+    assert len(horns) >= 3 and st["fills"] == 2  # the family's two fills, each once
+    bell = st["below"]["ev__ship_ferry_horn__ships_bell"]
+    assert bell["caption"] == "A ship's bell rings on deck." and bell["fills"][0][0] < 0.5
+    assert not any(c.id in st["below"] for c in horns if "horn" in c.caption.lower())
+    assert st["below_min"] == sum(len(b["fills"]) for b in st["below"].values())
+    report = fv.format_report(fv.counts(compile_families(lib)), [], None, None, st)
+    assert "ev__ship_ferry_horn__ships_bell (ship_ferry_horn: \"A ship's bell rings on deck.\")" in report

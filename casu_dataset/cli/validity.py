@@ -85,7 +85,9 @@ def _family_validity(args, src) -> int:
         return 1
     violations = fv.check_scenes(scenes)
     emb = Embedder()
-    violations += fv.check_retrieval(scenes, Retriever(Catalog.embedded(), emb, cache_dir=args.cache))
+    retriever = Retriever(Catalog.embedded(), emb, cache_dir=args.cache)
+    violations += fv.check_retrieval(scenes, retriever)
+    truth = fv.check_type_truth(scenes, retriever)
     built = fv.check_built(args.dataset) if args.dataset else None
     blind = fv.embedding_readers(scenes, emb)
     blind.update(fv.length_readers(scenes))
@@ -93,7 +95,7 @@ def _family_validity(args, src) -> int:
         from casu_dataset.core.llm.local import LocalLM
 
         blind.update(fv.lm_question_only(scenes, LocalLM(args.lm)))
-    report = fv.format_report(fv.counts(scenes), violations, blind, built)
+    report = fv.format_report(fv.counts(scenes), violations, blind, built, truth)
     cue_failures = []
     if args.dataset and not (built and built[0]):
         from casu_dataset.mix.cue_checks import check_folder, failures, format_summary

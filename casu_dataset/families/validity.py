@@ -181,6 +181,43 @@ def check_retrieval(scenes: list, retriever) -> list[Violation]:
     ]
 
 
+def check_type_truth(scenes: list, retriever) -> dict:
+    """Is every recording a slot fill's bank type holds true to the fill's words? Realization 1
+    plays the best-scoring recording and realization 2 the next (both checked on the built audio by
+    cue_checks), but a larger bank or another realization may play any of them. The similarity of
+    the fill's description with each usable recording's caption (MiniLM cosine, cue_checks' truth
+    measure): the pairs below TRUE_MIN are listed for an honest reader (MiniLM misses synonyms: "a
+    squeezebox" is an accordion), with the pair counts. Findings for the bank, not violations: the
+    recordings the shipped realizations play are held to TRUE_MIN by the cue checks."""
+    from casu_dataset.mix.cue_checks import TRUE_MIN, TRUE_READ
+
+    fills: dict[tuple, tuple] = {}  # one check per (slot type, description): variants share it
+    for s in scenes:
+        t, desc, *_ = _slot_sound(s)
+        kind = "background" if s.slot_kind == "background" else "event"
+        fills.setdefault((kind, t, desc), (kind, t, desc))
+    items = sorted(fills.values())
+    qd = retriever.embedder.encode([desc for *_, desc in items]) if items else np.zeros((0, 0))
+    below: dict[str, dict] = {}
+    sims: list[float] = []
+    for (kind, t, desc), q in zip(items, qd):
+        idx = np.flatnonzero((retriever.types == t) & (retriever.kinds == kind) & retriever.usable)
+        for i, v in zip(idx, (retriever.desc[idx] @ q).tolist()):
+            sims.append(v)
+            if v < TRUE_MIN:
+                c = retriever.catalog.clips[i]
+                b = below.setdefault(c.id, {"type": t, "caption": c.caption, "fills": []})
+                b["fills"].append((round(v, 3), desc))
+    return {
+        "fills": len(items),
+        "pairs": len(sims),
+        "below_min": sum(v < TRUE_MIN for v in sims),
+        "to_read": sum(TRUE_MIN <= v < TRUE_READ for v in sims),
+        "lowest": min(sims, default=1.0),
+        "below": below,
+    }
+
+
 def check_built(folder: str | Path) -> tuple[list[Violation], dict]:
     """Stem identity in a built dataset (read from its parquet files, never from a cache)."""
     from casu_dataset.core.audio_io import decode_bytes
@@ -333,7 +370,9 @@ def length_readers(scenes: list) -> dict:
     return {k: _by_shape(pairs, v) for k, v in length_heuristics([q for _, q in pairs]).items()}
 
 
-def format_report(cov: dict, violations: list, blind: dict | None, built: tuple | None) -> str:
+def format_report(
+    cov: dict, violations: list, blind: dict | None, built: tuple | None, truth: dict | None = None
+) -> str:
     from casu_dataset.dataset.card import DATASET_VERSION
 
     lines = [
@@ -358,6 +397,20 @@ def format_report(cov: dict, violations: list, blind: dict | None, built: tuple 
         "",
         "answer letters: " + ", ".join(f"{k} {v / n:.1%}" for k, v in cov["per_answer_letter"].items()),
     ]
+    if truth is not None:
+        lines += [
+            "",
+            f"fill truth over every recording of its type (cue checks hold the played ones): "
+            f"{truth['fills']} slot fills, {truth['pairs']} fill/recording pairs, {truth['to_read']} "
+            f"to read (0.5-0.7), {truth['below_min']} below 0.5 on {len(truth['below'])} recordings "
+            f"(for a reader: MiniLM misses synonyms), lowest {truth['lowest']:.3f}",
+        ]
+        for cid, b in sorted(truth["below"].items()):
+            worst = min(b["fills"])
+            lines.append(
+                f"- {cid} ({b['type']}: {b['caption']!r}): {len(b['fills'])} fills, lowest "
+                f"{worst[0]:.3f} {worst[1]!r}"
+            )
     lines += ["", f"invariant violations: {len(violations)}"] + [f"- {v}" for v in violations]
     if built is not None:
         bv, stats = built
