@@ -118,6 +118,15 @@ def fixture_builder(cache: Path | None, lock=None):
     )
 
 
+def shipped_families() -> dict[str, dict]:
+    """The shipped v2 library's family documents by id, as written in its YAML files."""
+    import yaml
+
+    from casu_dataset.families.compile import DEFAULT_V2_DIR
+
+    return {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+
+
 def build_small(out: Path, lib_dir: Path):
     """Build the HARNESS_FAMILIES of the shipped v2 library (the default CASU-mini) into `out`:
     a library file of those families is written to `lib_dir`, then built as `casu build` does."""
@@ -125,12 +134,12 @@ def build_small(out: Path, lib_dir: Path):
 
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
-    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.families.compile import compile_families
 
-    docs = [f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())]
+    docs = shipped_families()
     lib_dir.mkdir(parents=True, exist_ok=True)
     lib = lib_dir / "families.yaml"
-    lib.write_text(yaml.safe_dump([f for f in docs if f["id"] in HARNESS_FAMILIES], sort_keys=False))
+    lib.write_text(yaml.safe_dump([f for f in docs.values() if f["id"] in HARNESS_FAMILIES], sort_keys=False))
     cache = Path(os.environ["CASU_CACHE"])
     config = BuildConfig(out=out, cache=cache, progress=False, max_skips=None)
     return build_dataset(config, compile_families(lib), fixture_builder(cache))

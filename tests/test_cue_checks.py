@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from conftest import fixture_builder
+from conftest import fixture_builder, shipped_families
 
 from casu_dataset.mix import cue_checks as cc
 
@@ -85,11 +85,11 @@ def test_fill_truth_over_every_recording_of_the_type_names_the_recording_that_sa
     import yaml
 
     from casu_dataset.families import validity as fv
-    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.families.compile import compile_families
     from casu_dataset.sounds.catalog import Catalog
     from casu_dataset.sounds.retrieval import Retriever
 
-    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    docs = shipped_families()
     fam = docs["tc_hold_hand_edge"]
     fill = fam["fills"]["river"]
     assert fill["type"] == "river_stream_waterfall"

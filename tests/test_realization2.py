@@ -13,11 +13,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import HARNESS_FAMILIES, ROOT, call_main, fixture_builder
+from conftest import HARNESS_FAMILIES, ROOT, call_main, fixture_builder, shipped_families
 
 from casu_dataset.contract import LETTERS
 from casu_dataset.dataset.lock import lock_path, read_lock
-from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+from casu_dataset.families.compile import compile_families
 from casu_dataset.sounds.catalog import Catalog
 from model_adapters.base import Adapter
 
@@ -155,7 +155,7 @@ def _one_recording_library(tmp_path: Path) -> tuple[Path, str, str]:
     one = sorted((c for c in clips if c.kind == "event" and n[("event", c.type)] == 1), key=lambda c: c.id)
     assert one, "the bank has no one-recording event type left to test realization 2's refusal with"
     clip = one[0]
-    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    docs = shipped_families()
     fam = docs["hs_dinner_who_gets_it"]
     key = next(iter(fam["fills"]))
     fam["fills"][key] = {"type": clip.type, "description": clip.caption, "keywords": list(clip.keywords)}
@@ -438,7 +438,7 @@ def test_a_family_whose_speech_stem_sets_the_gain_takes_a_lower_family_gain(tmp_
 
     from casu_dataset.mix.mixer import MixConfig
 
-    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    docs = shipped_families()
     lib = tmp_path / "lib.yaml"
     lib.write_text(yaml.safe_dump([docs[SPEECH_AT_LIMIT]], sort_keys=False))
     _build(tmp_path / "r1", lib, session_cache, realization=1, relock=True)

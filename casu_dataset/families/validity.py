@@ -191,12 +191,8 @@ def check_type_truth(scenes: list, retriever) -> dict:
     recordings the shipped realizations play are held to TRUE_MIN by the cue checks."""
     from casu_dataset.mix.cue_checks import TRUE_MIN, TRUE_READ
 
-    fills: dict[tuple, tuple] = {}  # one check per (slot type, description): variants share it
-    for s in scenes:
-        t, desc, *_ = _slot_sound(s)
-        kind = "background" if s.slot_kind == "background" else "event"
-        fills.setdefault((kind, t, desc), (kind, t, desc))
-    items = sorted(fills.values())
+    # one check per (kind, slot type, description): the variants of a fill share it
+    items = sorted({(s.slot_kind, *_slot_sound(s)[:2]) for s in scenes})
     qd = retriever.embedder.encode([desc for *_, desc in items]) if items else np.zeros((0, 0))
     below: dict[str, dict] = {}
     sims: list[float] = []

@@ -55,6 +55,7 @@ from casu_dataset.mix.mixer import (
     _peak,
     _render,
     _sum_placed,
+    _top_peak,
     _unit_layers,
 )
 
@@ -283,8 +284,7 @@ def _headroom(p: Prepared, cfg) -> tuple[tuple[float, float], float]:
     )
     if np.any(np.abs(s[zero]) > m):
         lo = math.inf
-    top = max(_peak(s + x), _peak(s), *stem_peaks)
-    return (lo, hi), top
+    return (lo, hi), _top_peak(s + x, {"speech": s, "background": b, "events": ev})
 
 
 def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | None = None) -> Prepared:
