@@ -53,7 +53,8 @@ test: setup
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # The whole suite under each forced instruction-set setting (casu_dataset/core/isa.py: torch ATen/MKL/oneDNN,
-# CTranslate2, numpy, OpenBLAS): one machine proves that what the tests assert holds on every x86-64 CPU.
+# CTranslate2, numpy, OpenBLAS): other kernels on this machine, which is not another CPU (onnxruntime and
+# glibc have no such override). The real-CPUID check is tests/test_cross_cpu.py (qemu-user), in `make test`.
 test-isa: setup
 	@for s in native avx2 generic; do echo "== ISA setting $$s"; \
 	  $(PY) -m casu_dataset.core.isa $$s -- $(PY) -m pytest -q tests || exit 1; done

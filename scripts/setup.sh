@@ -15,9 +15,13 @@ KEY=$( (cat pyproject.toml scripts/setup.sh; echo "extras=$EXTRAS") | sha256sum 
 STAMP="$VENV/.casu-setup-$KEY"
 
 # Debian packages: flite and espeak-ng (TTS voices); chromium + chromium-driver (the review
-# page's end-to-end test runs in real headless Chromium).
-APT_PKGS="flite espeak-ng chromium chromium-driver"
-need_apt() { ! command -v flite >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }
+# page's end-to-end test runs in real headless Chromium); qemu-user (tests/test_cross_cpu.py builds
+# a sample of the locked library under emulated Nehalem and Haswell CPUs).
+APT_PKGS="flite espeak-ng chromium chromium-driver qemu-user"
+need_apt() {
+  for c in flite espeak-ng chromedriver qemu-x86_64; do command -v "$c" >/dev/null 2>&1 || return 0; done
+  return 1
+}
 install_apt() {
   if need_apt; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
@@ -25,7 +29,7 @@ install_apt() {
       (apt-get install -y -q $APT_PKGS >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q $APT_PKGS >/dev/null; }) \
         || echo "setup: could not install them; run: sudo apt-get install $APT_PKGS"
     else
-      echo "setup: flite voices are needed for female and child speakers, chromium for the review test; run: sudo apt-get install $APT_PKGS"
+      echo "setup: flite voices are needed for female and child speakers, chromium for the review test, qemu-user for the cross-CPU test; run: sudo apt-get install $APT_PKGS"
     fi
   fi
 }

@@ -1,11 +1,18 @@
-"""Forced instruction-set settings: how one machine proves that the numbers CASU records do not
-depend on the CPU they were computed on.
+"""Kernel settings: the pinned environment that makes CASU's speech the same bits on every x86-64
+CPU, and forced instruction-set settings that exercise other kernels on one machine.
 
-Each library that dispatches kernels by CPU at run time has an override; a setting sets all of
-them at once, so a process run under `generic` computes as a pre-AVX2 CPU would, under `avx2`
-as an AVX2-only CPU (no AVX-512, no AMX), and `native` as the machine is. The test suite runs
-its numerics-sensitive checks under each (tests/test_portability.py) and `make test-isa` runs
-the whole suite under each.
+`PORTABLE_ENV` pins every run-time kernel choice that a TTS process makes to one that does not
+depend on the CPU: torch's generic ATen kernels, MKL's conditional numerical reproducibility
+(its SSE2 code path on every CPU), glibc's baseline libm (its FMA/AVX2 variants masked), one
+thread, and oneDNN off (speech/piper_runtime.py turns it off in-process). Piper's voices run in a
+process started with it; tests/test_cross_cpu.py checks the result against the lock under real
+other CPUIDs (`qemu-x86_64 -cpu Nehalem` and `-cpu Haswell`).
+
+The forced settings below are weaker evidence: they change what each library dispatches to on
+this machine, which is not what another CPU does (PyTorch issue #155552: `ATEN_CPU_CAPABILITY=avx2`
+on an AVX-512 CPU does not reproduce an AVX2 CPU, and onnxruntime has no override at all). The
+suite runs its numerics-sensitive checks under each (tests/test_portability.py) and `make
+test-isa` runs the whole suite under each; tests/test_cross_cpu.py is the real-CPUID check.
 
 - `ATEN_CPU_CAPABILITY` (torch's own vectorised kernels: default / avx2 / avx512),
 - `MKL_ENABLE_INSTRUCTIONS` (torch's MKL GEMM; also CTranslate2's MKL backend),
@@ -13,8 +20,7 @@ the whole suite under each.
 - `CT2_FORCE_CPU_ISA` (CTranslate2, i.e. faster-whisper: GENERIC / AVX2 / AVX512),
 - `NPY_DISABLE_CPU_FEATURES` (numpy's dispatched ufunc loops, e.g. its AVX-512 SVML exp/sin),
 - `OPENBLAS_CORETYPE` (numpy's and scipy's OpenBLAS kernels).
-onnxruntime (Piper's TTS) has no such override: that is why the lock (casu_dataset/dataset/lock.py)
-conforms TTS output to the recorded lengths instead of trusting it to be the same.
+onnxruntime has no such override, which is why Piper no longer runs on it.
 """
 
 from __future__ import annotations
@@ -42,6 +48,35 @@ SETTINGS: dict[str, dict[str, str]] = {
         "OPENBLAS_CORETYPE": "Nehalem",
     },
 }
+
+
+# glibc picks FMA/AVX2 variants of exp, log, pow, sin, ... (and of libmvec) by CPUID; masking the
+# features makes every CPU take the baseline code (names as glibc 2.36 spells them).
+_GLIBC_MASK = "glibc.cpu.hwcaps=-AVX,-AVX2,-FMA,-FMA4,-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD"
+
+PORTABLE_ENV: dict[str, str] = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
+    "MKL_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "GLIBC_TUNABLES": _GLIBC_MASK,
+}
+
+
+def portable_env(base: dict | None = None) -> dict[str, str]:
+    """The environment of a process whose kernels are pinned to `PORTABLE_ENV` (a forced ISA
+    setting inherited from the caller is dropped: the pin says everything it needs)."""
+    env = dict(os.environ if base is None else base)
+    for k in {k for s in SETTINGS.values() for k in s}:
+        env.pop(k, None)
+    env.update(PORTABLE_ENV)
+    return env
+
+
+def in_portable_process() -> bool:
+    """Whether this process was started with `PORTABLE_ENV` (the variables are read when each
+    library starts, so setting them later does not count)."""
+    return all(os.environ.get(k) == v for k, v in PORTABLE_ENV.items())
 
 
 def env_for(name: str, base: dict | None = None) -> dict[str, str]:

@@ -38,6 +38,10 @@ STEMS = ("mixture", "background", "speech", "events")
 # A followed lock tolerates this much machine drift (measured on this project's CPUs: 0 samples
 # and 0 LU; a TTS engine that says something else entirely exceeds both by far).
 DRIFT_LIMITS = {"turn_samples": 800, "stem_lu": 0.5}
+# A followed lock keeps the reference's anti-clipping gain, set on the reference's own peak (at
+# the mix config's limit, 0.98): a drift inside DRIFT_LIMITS may raise that peak, which is fine
+# until a sample would clip in the FLAC encoder.
+FULL_SCALE = 1.0
 # The settings a lock was made under; a build under others would not be the reference data.
 LOCKED_SETTINGS = ("seed", "alpha", "embedding_model", "catalog_fingerprint", "dataset_version", "mix_config")
 
@@ -354,9 +358,23 @@ def realize_locked(scene, entry: dict, builder) -> tuple[dict, dict[str, bytes],
         **{r.path: c for r, c in ev},
         **{r.path: c for r, c in zip(turn_refs, turn_clips)},
     }
-    mixture, stems, _ = _render(
-        ann["plan"], sources, clips, cfg, ann["gains"], cache, clip_gain=ann["gains"]["clip_gain"]
-    )
+    try:
+        mixture, stems, _ = _render(
+            ann["plan"],
+            sources,
+            clips,
+            cfg,
+            ann["gains"],
+            cache,
+            clip_gain=ann["gains"]["clip_gain"],
+            peak_ceiling=FULL_SCALE,
+        )
+    except ValueError as err:
+        pads = [t["padded"] for t in drift.turns]
+        raise LockError(
+            f"{where}: {err} (full scale): the sources drifted beyond what the locked gain has room "
+            f"for (turn samples padded/cut: {pads}, PCM equal: {[t['pcm_equal'] for t in drift.turns]})"
+        ) from None
     t2 = time.perf_counter()
     flac = {"mixture": encode_flac(mixture), **{k: encode_flac(v) for k, v in stems.items()}}
     t3 = time.perf_counter()

