@@ -294,7 +294,11 @@ SAME_DATA = (
     "and timelines, and audio that either reproduced the reference bytes or drifted within the "
     "stated bound (stem loudness within 0.5 LU, TTS length conformed by at most 800 samples), as the "
     "build reports per scene in `build_report.json`. The harness records the identity in every "
-    "results file and `harness table` marks runs made on other data."
+    "results file and `harness table` marks runs made on other data. A build that follows the lock "
+    "gives the same bytes on every x86-64 CPU (Piper runs on pinned kernels; flite, espeak-ng and the "
+    "mixing path gave the same bytes under emulated SSE4.2 and AVX2 CPUs). Machine-dependent: Whisper's "
+    "transcripts and verdicts (run only by builds that decide: no lock, or --relock) and the offline "
+    "baselines' option scores (float32; differences of ~1e-5 nats measured, the same picks)."
 )
 
 
