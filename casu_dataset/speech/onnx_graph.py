@@ -26,9 +26,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from casu_dataset.core.errors import CasuError
 
-class OnnxGraphError(RuntimeError):
+
+class OnnxGraphError(CasuError, RuntimeError):
     """A model this interpreter cannot run; the message names the file, node and operator."""
+
+    exit_code = 1  # a runtime failure, not bad input
 
 
 # ONNX TensorProto element types -> torch dtypes; every float type computes in the graph's dtype.
