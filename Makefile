@@ -3,7 +3,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo baselines realization2 lint test test-isa bench clean
+.PHONY: setup demo baselines realization2 lint test test-isa bench bench-quick clean
 
 setup:
 	@bash scripts/setup.sh
@@ -59,9 +59,14 @@ test-isa: setup
 	@for s in native avx2 generic; do echo "== ISA setting $$s"; \
 	  $(PY) -m casu_dataset.core.isa $$s -- $(PY) -m pytest -q tests || exit 1; done
 
+# The headline figures (full sizes; scaper installed beside for the mixer's baseline).
 bench: setup
 	@bash scripts/setup_scaper.sh || echo "bench: scaper baseline unavailable; its columns will say why"
 	$(PY) benchmarks/run_all.py
+
+# Every bench on small sizes (a few minutes in all): CI runs it, so a bench that breaks fails CI.
+bench-quick: setup
+	$(PY) benchmarks/run_all.py --quick
 
 clean:
 	rm -rf demo_out bench_out .pytest_cache

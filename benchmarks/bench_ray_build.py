@@ -23,7 +23,8 @@ def _bytes(folder: Path) -> dict:
     }
 
 
-def run(families: int = 6) -> dict:
+def run(quick: bool = False) -> dict:
+    families = 1 if quick else 6
     import ray
 
     from casu_dataset.dataset.build import build_dataset
@@ -65,10 +66,14 @@ def run(families: int = 6) -> dict:
             res[f"{name}_s"] = s
             res[f"{name}_scenes_per_s"] = len(scenes) / s
             res[f"{name}_identical"] = _bytes(d / name) == ref
+            if name != "local_num_proc_1":  # the baseline: one process, no pool, no Ray
+                res[f"ratio_{name}_vs_num_proc_1"] = rows["local_num_proc_1"] / s
         return res
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=1))
+    import sys
+
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))

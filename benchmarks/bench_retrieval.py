@@ -62,7 +62,8 @@ def python_loop(r: Retriever, qd, qk, k=5) -> list[list[int]]:
     return out
 
 
-def run(n_queries: int = 1000, n_cand: int = 100_000, loop_queries: int = 3) -> dict:
+def run(quick: bool = False) -> dict:
+    n_queries, n_cand, loop_queries = (100, 5_000, 2) if quick else (1000, 100_000, 3)
     rng = np.random.default_rng(0)
     bank = Retriever(Catalog.embedded())
     qs = load_queries()
@@ -102,4 +103,6 @@ def run(n_queries: int = 1000, n_cand: int = 100_000, loop_queries: int = 3) -> 
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=1))
+    import sys
+
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))

@@ -134,6 +134,26 @@ def test_fast_gating_matches_pyloudnorm(clips_dir):
     assert gated_lufs(kweight(x, SR), SR) == pytest.approx(measure_lufs(x, SR), abs=1e-3)
 
 
+def test_gating_over_a_layers_support_gives_the_same_bits(clips_dir):
+    """A sparse layer's loudness summed over its clips' spans only is the sum over every sample,
+    to the last bit (adding 0.0 leaves a float64 sum unchanged)."""
+    from casu_dataset.core.loudness import merged_spans
+
+    clip = kweight(load_audio(clips_dir / "ba__rain__StereoRain.ogg")[: 3 * SR], SR)
+    n = 30 * SR
+    for spans in ([(5, 8)], [(0, 3), (2, 4.5), (20, 23)], [(27.5, 30.5)], [(12, 15), (0, 1)]):
+        x, placed = np.zeros(n, dtype=np.float32), []
+        for a, b in spans:
+            s, e = int(a * SR), min(n, int(b * SR))
+            x[s:e] += clip[: e - s]
+            placed.append((s, e))
+        support = merged_spans(placed)
+        assert all(s1 < e1 <= s2 for (s1, e1), (s2, _) in zip(support, support[1:]))
+        assert gated_lufs(x, SR, support) == gated_lufs(x, SR)  # exact equality, not approx
+    with pytest.raises(ValueError, match="overlap or are unsorted"):
+        gated_lufs(x, SR, [(10, 20), (5, 30)])
+
+
 def test_never_clips_and_records_gain(sources):
     cfg = MixConfig(background_lufs=-8.0, speech_snr_db=(6.0, 6.0), event_snr_db=(6.0, 6.0))
     r = compose(script(), sources, seed=0, cfg=cfg)

@@ -26,7 +26,7 @@ from casu_dataset.contract import (
 )
 from casu_dataset.core import cache_layout
 from casu_dataset.core.audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
-from casu_dataset.core.loudness import db_to_gain, gated_lufs, kweight
+from casu_dataset.core.loudness import db_to_gain, gated_lufs, kweight, merged_spans
 from casu_dataset.script.schema import SceneScript
 from casu_dataset.script.timeline import Timeline, TimingConfig, resolve
 
@@ -100,7 +100,9 @@ class ClipCache:
             st = p.stat()
         except OSError:
             raise AudioError(f"{path}: audio file not found") from None
-        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, kind)
+        # The file's identity (device, inode) instead of its resolved path: the same key for
+        # every path or link to one file, without a resolve() per clip and scene.
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, kind)
         clip = self._clips.get(key)
         if clip is None:
             audio, lufs = load_source(p, self.sr, kind)
@@ -322,7 +324,8 @@ def _measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cac
         def kw_of(clip, audio, _layer=layer):
             return cache.kweighted(clip.sha256, audio, _layer)
 
-        unit_lufs = gated_lufs(_sum_placed(items, src_gains, n, kw_of), sr)
+        support = merged_spans((onset, min(n, onset + a.shape[0])) for onset, a, _ in items)
+        unit_lufs = gated_lufs(_sum_placed(items, src_gains, n, kw_of), sr, support)
         gains[layer] = {
             "sources": src_gains,
             "stem": db_to_gain(targets[layer] - unit_lufs),
@@ -361,7 +364,7 @@ def _render(
     mixture = stems["background"] + stems["speech"]
     mixture += stems["events"]
     peak = _peak(mixture)
-    top = _top_peak(mixture, stems)
+    top = _top_peak(mixture, stems, peak)
     forced = clip_gain is not None
     if clip_gain is not None:
         ceiling = cfg.peak_limit if peak_ceiling is None else peak_ceiling
@@ -374,9 +377,11 @@ def _render(
         clip_gain = cfg.peak_limit / top if top > cfg.peak_limit else 1.0
     if clip_gain != 1.0:
         # Scale the mixture and the stems alike so mixture == sum(stems) still holds.
+        # In place: every array here was made by this call.
         g32 = np.float32(clip_gain)
-        mixture = mixture * g32
-        stems = {k: v * g32 for k, v in stems.items()}
+        mixture *= g32
+        for v in stems.values():
+            v *= g32
     gains = dict(gains, clip_gain=clip_gain, peak_before=peak, clip_gain_forced=forced)
     return mixture, stems, gains
 
@@ -385,12 +390,13 @@ def _peak(x: np.ndarray) -> float:
     return max(float(x.max()), -float(x.min())) if x.size else 0.0
 
 
-def _top_peak(mixture: np.ndarray, stems: dict[str, np.ndarray]) -> float:
+def _top_peak(mixture: np.ndarray, stems: dict[str, np.ndarray], mixture_peak: float | None = None) -> float:
     """The peak the anti-clipping gain must bring under the limit: the mixture's or any stem's.
     Every published stem must fit the limit too, not only their sum: where the layers cancel, a
     stem alone can peak above the mixture (and realization 2, which keeps the speech stem and
     changes the others, could then fit no gain at all)."""
-    return max(_peak(mixture), *(_peak(v) for v in stems.values()))
+    top = _peak(mixture) if mixture_peak is None else mixture_peak
+    return max(top, *(_peak(v) for v in stems.values()))
 
 
 def _load_clips(sources: SceneSources, cache: ClipCache) -> dict[str, Clip]:
