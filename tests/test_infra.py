@@ -245,6 +245,56 @@ def test_the_import_graph_has_no_cycle():
         pytest.fail("import cycle: " + " -> ".join(err.args[1]))
 
 
+def private_crossings() -> list[str]:
+    """Every use of another project module's `_private` name: `from m import _x` (anywhere in a
+    file) and `m._x` where `m` was imported as a project module. A name another module needs is
+    part of its API and is named without the underscore."""
+    mods = _modules()
+    found = []
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        imported: dict[str, str] = {}  # local name -> project module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in mods:
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__") and node.module != mod:
+                        found.append(
+                            f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module} import {a.name}"
+                        )
+                    if f"{node.module}.{a.name}" in mods:
+                        imported[a.asname or a.name] = f"{node.module}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in mods and a.asname:
+                        imported[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported
+                and imported[node.value.id] != mod
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names(tmp_path):
+    assert private_crossings() == []
+    # The scan sees both forms (a planted module that uses each).
+    planted = ROOT / "casu_dataset" / "core" / "_planted_private_use.py"
+    planted.write_text(
+        "from casu_dataset.mix.mixer import _plan\nfrom casu_dataset.core import loudness\n"
+        "x = loudness._fit_block\n"
+    )
+    try:
+        found = private_crossings()
+    finally:
+        planted.unlink()
+    assert len(found) == 2 and "import _plan" in found[0] and "loudness._fit_block" in found[1], found
+
+
 # -- 5. library messages go through logging ------------------------------------------------------
 
 

@@ -113,7 +113,7 @@ def write_wav(path: str | Path, x: np.ndarray, sr: int = SAMPLE_RATE) -> None:
     data = np.ascontiguousarray(x, dtype="<f4").reshape(-1)
     with open(path, "wb") as f:
         f.write(wav_header(data.shape[0], sr))
-        f.write(memoryview(data).cast("B"))
+        f.write(data.data)  # the array's own buffer: no copy
 
 
 def encode_flac(x: np.ndarray, sr: int = SAMPLE_RATE) -> bytes:

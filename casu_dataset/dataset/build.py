@@ -470,9 +470,11 @@ def _lock_entry(scene_id: str, built: dict, builder) -> dict:
     ]
     ref = getattr(builder, "reference", None)
     if getattr(builder, "realization", 1) == 2 and ref is not None:
-        from casu_dataset.dataset.lock import _conform  # as realization 2 mixed them: to realization 1's lock
+        from casu_dataset.dataset.lock import (
+            conform_length,
+        )  # as realization 2 mixed them: to realization 1's lock
 
-        pcm = [_conform(x, t["samples"]) for x, t in zip(pcm, ref.entry(scene_id)["turns"])]
+        pcm = [conform_length(x, t["samples"]) for x, t in zip(pcm, ref.entry(scene_id)["turns"])]
     return scene_entry(scene_id, ann, built["flac"], pcm)
 
 

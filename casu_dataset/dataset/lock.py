@@ -283,7 +283,7 @@ class Drift:
         return {"scene_id": self.scene_id, "status": self.status, "stems": self.stems, "turns": self.turns}
 
 
-def _conform(x: np.ndarray, n: int) -> np.ndarray:
+def conform_length(x: np.ndarray, n: int) -> np.ndarray:
     """TTS output cut or zero-padded at its end to the locked length (its tail is silence)."""
     if x.shape[0] >= n:
         return x[:n]
@@ -296,7 +296,7 @@ def realize_locked(scene, entry: dict, builder) -> tuple[dict, dict[str, bytes],
     import time
 
     from casu_dataset.core.audio_io import encode_flac
-    from casu_dataset.mix.mixer import Clip, MixConfig, SceneSources, SourceRef, _render
+    from casu_dataset.mix.mixer import Clip, MixConfig, SceneSources, SourceRef, render_scene
 
     timings = builder.timings
     t0 = time.perf_counter()
@@ -345,7 +345,7 @@ def realize_locked(scene, entry: dict, builder) -> tuple[dict, dict[str, bytes],
                 f"{where}: turns[{i}] ({vid}): the TTS gave {x.shape[0]} samples, the lock "
                 f"{locked['samples']} (|diff| > {DRIFT_LIMITS['turn_samples']}): not the same speech"
             )
-        x = _conform(x, locked["samples"])
+        x = conform_length(x, locked["samples"])
         same = array_sha256(x) == locked["pcm_sha256"]
         drift.turns.append({"padded": int(delta), "pcm_equal": same})
         turn_refs.append(SourceRef(str(path), t["clip_id"]))
@@ -359,7 +359,7 @@ def realize_locked(scene, entry: dict, builder) -> tuple[dict, dict[str, bytes],
         **{r.path: c for r, c in zip(turn_refs, turn_clips)},
     }
     try:
-        mixture, stems, _ = _render(
+        mixture, stems, _ = render_scene(
             ann["plan"],
             sources,
             clips,

@@ -112,16 +112,16 @@ def option_order(family_id: str, task: str, keys: list[str]) -> list[str]:
     return sorted(keys, key=lambda k: hashlib.sha256(f"{family_id}/{task}/{k}".encode()).hexdigest())
 
 
-def _norm(s: str) -> str:
+def normalize_words(s: str) -> str:
     return " ".join(re.findall(r"[a-z0-9']+", s.lower()))
 
 
 def naming_violations(question: str, fills: dict[str, Fill]) -> list[str]:
     """Words of the fills (keywords, type name parts) that the question contains as whole words."""
-    q = f" {_norm(question)} "
+    q = f" {normalize_words(question)} "
     found = []
     for name, f in fills.items():
-        words = {_norm(k) for k in f.keywords} | {p for p in f.type.split("_") if len(p) >= 4}
+        words = {normalize_words(k) for k in f.keywords} | {p for p in f.type.split("_") if len(p) >= 4}
         for w in sorted(words):
             if w and f" {w} " in q:
                 found.append(f"{name}: {w!r}")
@@ -210,12 +210,12 @@ def compile_family(fam: Family, source: str = "<family>") -> list[FamilyScene]:
             )
         if set(q.why) != set(keys):
             raise FamilyError(f"{wq}.why: keys {sorted(q.why)} must be exactly the variants {sorted(keys)}")
-        texts = [_norm(t) for t in q.options.values()]
+        texts = [normalize_words(t) for t in q.options.values()]
         if any(not t for t in texts) or len(set(texts)) != 4:
             raise FamilyError(f"{wq}.options: the four options must be non-empty and distinct")
-        nq = f" {_norm(q.q)} "
+        nq = f" {normalize_words(q.q)} "
         for k, t in q.options.items():
-            if f" {_norm(t)} " in nq:
+            if f" {normalize_words(t)} " in nq:
                 raise FamilyError(f"{wq}.options.{k}: the option text appears in the question")
         named = naming_violations(q.q, fam.fills)
         if named:
@@ -314,7 +314,7 @@ def _versions(fam: Family, w: str) -> dict[str, list[dict]]:
                 raise FamilyError(
                     f"{w}: script.turns[{i}].text: keys {sorted(text)} must be the versions {vs}"
                 )
-            differs |= _norm(str(text[vs[0]])) != _norm(str(text[vs[1]]))
+            differs |= normalize_words(str(text[vs[0]])) != normalize_words(str(text[vs[1]]))
             for v in vs:
                 out[v].append({**t, "text": text[v]})
         elif isinstance(text, str):

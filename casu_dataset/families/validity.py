@@ -27,10 +27,10 @@ from casu_dataset.contract import SCENES_CONFIG
 from casu_dataset.families.compile import (
     FamilyError,
     FamilyScene,
-    _norm,
     compile_families,
     families_of,
     naming_violations,
+    normalize_words,
 )
 
 
@@ -91,9 +91,9 @@ def check_family(fid: str, vs: list) -> list[Violation]:
                 _v(fid, f + ".answer", f"keys {sorted(q.answer for q in qs)} are not a permutation of A-D")
             )
         q0 = qs[0]
-        nq = f" {_norm(q0.question)} "
+        nq = f" {normalize_words(q0.question)} "
         for o in q0.options:
-            if f" {_norm(o)} " in nq:
+            if f" {normalize_words(o)} " in nq:
                 out.append(_v(fid, f + ".options", f"option {o!r} appears in the question"))
     # What varies: the slot's sound, and (crossed) the turn texts; nothing else.
     rest = {json.dumps(_without(s.script.to_dict(), slot, kind, drop_turns=True), sort_keys=True) for s in vs}

@@ -3,7 +3,7 @@
 `compose` draws every free parameter from the seed, resolves the timeline, sets each layer's
 loudness and returns the mixture, one stem per layer and an annotation that holds the full
 spec. `regenerate` rebuilds the same bytes from that annotation and the source files alone,
-as scaper does from its JAMS file. Both share `_render`, so they cannot drift apart.
+as scaper does from its JAMS file. Both share `render_scene`, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def _plan(
     rng_key: str | None = None,
     turn_reserve: list[float] | None = None,
 ) -> dict:
-    """Draw every free parameter and resolve times: the spec that `_render` consumes.
+    """Draw every free parameter and resolve times: the spec that `render_scene` consumes.
 
     `rng_key` (default: the scene id) names the random stream: the variants of a contrast
     family share one, so their voices' timing and levels are drawn alike. `turn_reserve`
@@ -269,7 +269,7 @@ def _plan(
     }
 
 
-def _unit_layers(plan: dict, sources: SceneSources, clips: dict[str, Clip], cfg: MixConfig):
+def unit_layers(plan: dict, sources: SceneSources, clips: dict[str, Clip], cfg: MixConfig):
     """Layers before level setting: the bed segment and the placed sources of each layer."""
     n = plan["num_samples"]
     bed_clip = clips[sources.background.path]
@@ -285,7 +285,7 @@ def _unit_layers(plan: dict, sources: SceneSources, clips: dict[str, Clip], cfg:
     return bed, placed
 
 
-def _sum_placed(items, gains, n, kw_of=None) -> np.ndarray:
+def sum_placed(items, gains, n, kw_of=None) -> np.ndarray:
     out = np.zeros(n, dtype=np.float32)
     for (onset, audio, clip), g in zip(items, gains):
         a = audio if kw_of is None else kw_of(clip, audio)
@@ -295,7 +295,7 @@ def _sum_placed(items, gains, n, kw_of=None) -> np.ndarray:
     return out
 
 
-def _measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cache: ClipCache) -> dict:
+def measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cache: ClipCache) -> dict:
     """Gains that put each layer at its target loudness (per source, then per stem)."""
     sr, n = cfg.sample_rate, plan["num_samples"]
     ref = cfg.background_lufs
@@ -325,7 +325,7 @@ def _measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cac
             return cache.kweighted(clip.sha256, audio, _layer)
 
         support = merged_spans((onset, min(n, onset + a.shape[0])) for onset, a, _ in items)
-        unit_lufs = gated_lufs(_sum_placed(items, src_gains, n, kw_of), sr, support)
+        unit_lufs = gated_lufs(sum_placed(items, src_gains, n, kw_of), sr, support)
         gains[layer] = {
             "sources": src_gains,
             "stem": db_to_gain(targets[layer] - unit_lufs),
@@ -336,7 +336,7 @@ def _measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cac
     return gains
 
 
-def _render(
+def render_scene(
     plan: dict,
     sources: SceneSources,
     clips: dict[str, Clip],
@@ -354,17 +354,17 @@ def _render(
     n = plan["num_samples"]
     if clip_gain is None and gains is not None and gains.get("clip_gain_forced"):
         clip_gain = gains["clip_gain"]
-    bed, placed = _unit_layers(plan, sources, clips, cfg)
+    bed, placed = unit_layers(plan, sources, clips, cfg)
     if gains is None:
-        gains = _measure_gains(plan, clips[sources.background.path], placed, cfg, cache)
+        gains = measure_gains(plan, clips[sources.background.path], placed, cfg, cache)
     stems = {"background": bed * np.float32(gains["background"]["stem"])}
     for layer in ("speech", "events"):
         g = gains[layer]
-        stems[layer] = _sum_placed(placed[layer], [s * g["stem"] for s in g["sources"]], n)
+        stems[layer] = sum_placed(placed[layer], [s * g["stem"] for s in g["sources"]], n)
     mixture = stems["background"] + stems["speech"]
     mixture += stems["events"]
-    peak = _peak(mixture)
-    top = _top_peak(mixture, stems, peak)
+    peak = peak_abs(mixture)
+    top = top_peak(mixture, stems, peak)
     forced = clip_gain is not None
     if clip_gain is not None:
         ceiling = cfg.peak_limit if peak_ceiling is None else peak_ceiling
@@ -386,20 +386,20 @@ def _render(
     return mixture, stems, gains
 
 
-def _peak(x: np.ndarray) -> float:
+def peak_abs(x: np.ndarray) -> float:
     return max(float(x.max()), -float(x.min())) if x.size else 0.0
 
 
-def _top_peak(mixture: np.ndarray, stems: dict[str, np.ndarray], mixture_peak: float | None = None) -> float:
+def top_peak(mixture: np.ndarray, stems: dict[str, np.ndarray], mixture_peak: float | None = None) -> float:
     """The peak the anti-clipping gain must bring under the limit: the mixture's or any stem's.
     Every published stem must fit the limit too, not only their sum: where the layers cancel, a
     stem alone can peak above the mixture (and realization 2, which keeps the speech stem and
     changes the others, could then fit no gain at all)."""
-    top = _peak(mixture) if mixture_peak is None else mixture_peak
-    return max(top, *(_peak(v) for v in stems.values()))
+    top = peak_abs(mixture) if mixture_peak is None else mixture_peak
+    return max(top, *(peak_abs(v) for v in stems.values()))
 
 
-def _load_clips(sources: SceneSources, cache: ClipCache) -> dict[str, Clip]:
+def load_clips(sources: SceneSources, cache: ClipCache) -> dict[str, Clip]:
     refs = [sources.background, *sources.turns, *sources.events]
     return {r.path: cache.get(r.path) for r in refs}
 
@@ -416,7 +416,7 @@ def compose(
     clip_gain: float | None = None,
 ) -> MixResult:
     """Mix one scene. `extra` (e.g. voice assignments) is stored in the annotation as is;
-    `rng_key`, `turn_reserve` and `clip_gain` serve contrast families (see `_plan`, `_render`)."""
+    `rng_key`, `turn_reserve` and `clip_gain` serve contrast families (see `_plan`, `render_scene`)."""
     cfg = cfg or MixConfig()
     cache = cache or ClipCache(cfg.sample_rate)
     if len(sources.turns) != len(script.turns):
@@ -427,14 +427,14 @@ def compose(
         raise ValueError(
             f"scene {script.id}: {len(sources.events)} event sources for {len(script.events)} events"
         )
-    clips = _load_clips(sources, cache)
+    clips = load_clips(sources, cache)
     plan = _plan(script, sources, clips, seed, cfg, rng_key, turn_reserve)
-    mixture, stems, gains = _render(plan, sources, clips, cfg, None, cache, clip_gain)
-    ann = _annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra or {})
+    mixture, stems, gains = render_scene(plan, sources, clips, cfg, None, cache, clip_gain)
+    ann = scene_annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra or {})
     return MixResult(mixture, stems, ann)
 
 
-def _annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra) -> dict:
+def scene_annotation(script, sources, clips, seed, cfg, plan, gains, stems, extra) -> dict:
     sr = cfg.sample_rate
     g = gains["clip_gain"]
     loud = {}
@@ -583,12 +583,12 @@ def regenerate(
     sources = SceneSources(
         ref(ann["background"]), [ref(t) for t in ann["turns"]], [ref(e) for e in ann["events"]]
     )
-    clips = _load_clips(sources, cache)
+    clips = load_clips(sources, cache)
     recorded = [ann["background"], *ann["turns"], *ann["events"]]
     for entry, r in zip(recorded, [sources.background, *sources.turns, *sources.events]):
         if clips[r.path].sha256 != entry["sha256"]:
             raise AudioError(
                 f"{r.path}: content differs from the annotation (sha256 mismatch for {entry['clip_id']})"
             )
-    mixture, stems, _ = _render(ann["plan"], sources, clips, cfg, ann["gains"], cache)
+    mixture, stems, _ = render_scene(ann["plan"], sources, clips, cfg, ann["gains"], cache)
     return MixResult(mixture, stems, ann)

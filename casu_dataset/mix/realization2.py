@@ -49,14 +49,14 @@ from casu_dataset.mix.mixer import (
     MixResult,
     SceneSources,
     SourceRef,
-    _annotation,
-    _load_clips,
-    _measure_gains,
-    _peak,
-    _render,
-    _sum_placed,
-    _top_peak,
-    _unit_layers,
+    load_clips,
+    measure_gains,
+    peak_abs,
+    render_scene,
+    scene_annotation,
+    sum_placed,
+    top_peak,
+    unit_layers,
 )
 
 REALIZATION = 2
@@ -259,19 +259,19 @@ def _plan(ann1: dict, scene, seed: int, sources: SceneSources, clips: dict, sr: 
 def _headroom(p: Prepared, cfg) -> tuple[tuple[float, float], float]:
     """The range [lo, hi] (hi <= 1) of factors on the background and events that keeps the mixture
     under realization 1's anti-clipping gain, the speech untouched; and the peak (mixture or stem,
-    mixer._top_peak's rule) of the new mixture before any gain."""
+    mixer.top_peak's rule) of the new mixture before any gain."""
     n = p.plan["num_samples"]
-    bed, placed = _unit_layers(p.plan, p.sources, p.clips, cfg)
+    bed, placed = unit_layers(p.plan, p.sources, p.clips, cfg)
     g = p.gains
-    sp = _sum_placed(placed["speech"], [s * g["speech"]["stem"] for s in g["speech"]["sources"]], n)
-    ev = _sum_placed(placed["events"], [s * g["events"]["stem"] for s in g["events"]["sources"]], n)
+    sp = sum_placed(placed["speech"], [s * g["speech"]["stem"] for s in g["speech"]["sources"]], n)
+    ev = sum_placed(placed["events"], [s * g["events"]["stem"] for s in g["events"]["sources"]], n)
     s = sp.astype(np.float64)
     b = (bed * np.float32(g["background"]["stem"])).astype(np.float64)
     x = b + ev
     m = cfg.peak_limit / p.clip_gain * (1 - _PEAK_MARGIN)
     pos, neg, zero = x > 0, x < 0, x == 0
-    # Each scaled stem must fit the limit on its own as well (mixer._render's rule).
-    stem_peaks = [_peak(b), _peak(ev)]
+    # Each scaled stem must fit the limit on its own as well (mixer.render_scene's rule).
+    stem_peaks = [peak_abs(b), peak_abs(ev)]
     hi = min(
         1.0,
         float(((m - s[pos]) / x[pos]).min(initial=math.inf)),
@@ -284,7 +284,7 @@ def _headroom(p: Prepared, cfg) -> tuple[tuple[float, float], float]:
     )
     if np.any(np.abs(s[zero]) > m):
         lo = math.inf
-    return (lo, hi), _top_peak(s + x, {"speech": s, "background": b, "events": ev})
+    return (lo, hi), top_peak(s + x, {"speech": s, "background": b, "events": ev})
 
 
 def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | None = None) -> Prepared:
@@ -303,15 +303,15 @@ def prepare(builder, scene, seed: int, ann1: dict, turn_samples: list[int] | Non
         [SourceRef(str(p), f"tts:{p.stem[:16]}") for p in speech.turn_paths],
         [SourceRef(m.clip.path, m.clip.id) for m in found["events"]],
     )
-    clips = _load_clips(sources, builder.cache)
+    clips = load_clips(sources, builder.cache)
     if turn_samples is not None:
         for tref, n in zip(sources.turns, turn_samples):
             c = clips[tref.path]
             x = c.audio[:n] if c.audio.shape[0] >= n else np.pad(c.audio, (0, n - c.audio.shape[0]))
             clips[tref.path] = Clip(audio=x.astype(np.float32), sha256=c.sha256, lufs=c.lufs)
     plan = _plan(ann1, scene, seed, sources, clips, sr)
-    bed, placed = _unit_layers(plan, sources, clips, cfg)
-    gains = _measure_gains(plan, clips[sources.background.path], placed, cfg, builder.cache)
+    bed, placed = unit_layers(plan, sources, clips, cfg)
+    gains = measure_gains(plan, clips[sources.background.path], placed, cfg, builder.cache)
     g1 = ann1["gains"]
     gains["speech"] = copy.deepcopy(g1["speech"])  # the speech stem is realization 1's, byte for byte
     gains = {k: gains[k] for k in ("background", "speech", "events")}
@@ -350,7 +350,7 @@ def family_headroom(prepared: list[Prepared], peak_limit: float) -> FamilyGain:
 def render(builder, p: Prepared, fam: FamilyGain) -> MixResult:
     """The variant's mixture, stems and annotation; its speech checked in the mixture as
     realization 1's (MixIntelligibilityError fails the scene)."""
-    from casu_dataset.mix.realize import _match, portable_paths
+    from casu_dataset.mix.realize import match_record, portable_paths
     from casu_dataset.speech.mix_check import check_mix, transcript_cache
 
     cfg = builder.mix_config
@@ -360,7 +360,7 @@ def render(builder, p: Prepared, fam: FamilyGain) -> MixResult:
         for layer in ("background", "events"):
             gains[layer]["stem"] *= fam.nonspeech
             gains[layer]["target_lufs"] += db
-    mixture, stems, gains = _render(p.plan, p.sources, p.clips, cfg, gains, builder.cache, fam.clip_gain)
+    mixture, stems, gains = render_scene(p.plan, p.sources, p.clips, cfg, gains, builder.cache, fam.clip_gain)
     r = builder.retriever
     ref = reference_clips(p.ann1)
     extra = {
@@ -369,8 +369,8 @@ def render(builder, p: Prepared, fam: FamilyGain) -> MixResult:
             "model": r.embedder.model_name,
             "catalog": r.catalog.name,
             "catalog_fingerprint": r.catalog.fingerprint(),
-            "background": _match(p.found["background"]),
-            "events": [_match(m) for m in p.found["events"]],
+            "background": match_record(p.found["background"]),
+            "events": [match_record(m) for m in p.found["events"]],
         },
         "speech": p.speech.annotation(),
         "realization": {
@@ -387,7 +387,9 @@ def render(builder, p: Prepared, fam: FamilyGain) -> MixResult:
     }
     if fam.speech_scale != 1.0:  # absent where the speech stem is realization 1's byte for byte
         extra["realization"]["speech_scale"] = fam.speech_scale
-    ann = _annotation(p.scene.script, p.sources, p.clips, p.ann1["seed"], cfg, p.plan, gains, stems, extra)
+    ann = scene_annotation(
+        p.scene.script, p.sources, p.clips, p.ann1["seed"], cfg, p.plan, gains, stems, extra
+    )
     res = MixResult(mixture, stems, portable_paths(ann, {"{speech_cache}": builder.synth.dir}))
     res.annotation["extra"]["mix_intelligibility"] = check_mix(
         res, builder.checker, builder.max_wer, cache=transcript_cache(builder.synth.dir.parent / "mixcheck")

@@ -114,8 +114,8 @@ class SceneBuilder:
             "model": self.retriever.embedder.model_name,
             "catalog": self.retriever.catalog.name,
             "catalog_fingerprint": self.retriever.catalog.fingerprint(),
-            "background": _match(found["background"]),
-            "events": [_match(m) for m in found["events"]],
+            "background": match_record(found["background"]),
+            "events": [match_record(m) for m in found["events"]],
         }
         res = compose(
             script,
@@ -160,7 +160,7 @@ def portable_paths(ann: dict, roots: dict) -> dict:
     return ann
 
 
-def _match(m) -> dict:
+def match_record(m) -> dict:
     c = m.clip
     return {
         "clip_id": c.id,
