@@ -10,10 +10,13 @@ fails CI instead of rotting. The exit status is 1 when any bench raised or repor
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -63,6 +66,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: checks that every bench still runs")
     ap.add_argument("--out", default="bench_out", help="folder of results.json (quick: quick.json)")
     a = ap.parse_args(argv)
+    if a.quick and not os.environ.get("CASU_CACHE"):
+        # CI runs the quick mode: cold caches of its own, never the user's ~/.cache/casu.
+        scratch = tempfile.mkdtemp(prefix="casu-bench-quick-cache-")
+        atexit.register(shutil.rmtree, scratch, True)
+        os.environ["CASU_CACHE"] = scratch
     unknown = [n for n in a.names if n not in BENCHES]
     if unknown:
         ap.error(f"unknown bench {', '.join(unknown)}; choose from {', '.join(BENCHES)}")

@@ -10,6 +10,7 @@ _LAZY = {
     "LoadError": "dataset.loading",
     "data_files": "dataset.loading",
     "waveform": "dataset.loading",
+    "decode_audio": "dataset.loading",
     "BuildConfig": "dataset.config",
     "BuildResult": "api",
     "ConfigError": "dataset.config",

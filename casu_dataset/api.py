@@ -58,6 +58,22 @@ def build(config: BuildConfig) -> BuildResult:
     from casu_dataset.sounds.preflight import fill_problems, rejected_summary
 
     t0 = time.perf_counter()
+    from casu_dataset.core.cache_layout import cache_root
+    from casu_dataset.core.paths import WHY, collision
+
+    lib = config.library()
+    clash = collision(
+        {"out": config.out},
+        {
+            "scenarios": lib,
+            "cache": cache_root(config.cache),
+            **{f"catalogs[{i}]": c for i, c in enumerate(config.catalogs) if Path(c).exists()},
+        },
+    )
+    if clash:
+        _, out, rel, key, inp = clash
+        field = Field(key.split("[")[0])
+        raise ConfigError(Field("out"), f" {out} {rel} ", field, f" {inp}{WHY}")
     why = out_problem(config.out)
     if why:
         raise ConfigError(Field("out"), f" {config.out}: {why}")
@@ -76,6 +92,7 @@ def build(config: BuildConfig) -> BuildResult:
     # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.
     scenes = compile_families(lib, invalid) if families else compile_library(lib, invalid)
     spec = config.builder_spec()
+    _check_cache_folder(config.cache)
     try:
         builder = make_builder(spec)
     except (CatalogError, OSError) as err:  # a missing manifest or audio folder, truncated JSON, a bad spec
@@ -221,3 +238,20 @@ def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: lis
         )
     gone = {s.script.id for s in drop}
     return [s for s in scenes if s.script.id not in gone]
+
+
+def _check_cache_folder(cache) -> None:
+    """The cache root is a folder or can be made one; else a ConfigError naming the cache (not the
+    catalog or model that would otherwise be the first to trip over it)."""
+    from casu_dataset.core.cache_layout import cache_root
+
+    root = cache_root(cache)
+    shown = f" {root}" + ("" if cache else " (from $CASU_CACHE or the default ~/.cache/casu)")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(Field("cache"), f"{shown}: a file, not a folder; give a folder (made if missing)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            Field("cache"), f"{shown}: cannot make the cache folder ({err.strerror or err})"
+        ) from None

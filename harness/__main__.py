@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import sys
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_SAMPLE_ERRORS, EXIT_HUB = 0, 2, 3, 4, 5
@@ -19,7 +20,9 @@ EXIT_CODES = """exit codes:
   5  push / pr-eval-results, or a run with --hf_hub_log_args push_results_to_hub=true: the Hub could not
      be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload (token, permissions, missing
      repo); one line says which (after a run: the results stay on disk, and the line gives the
-     `python -m harness push ...` command that sends them)"""
+     `python -m harness push ...` command that sends them)
+  6  a resource ran out: no space left, a file size limit, too long a path, no permission, no memory
+     (one line names the path; answers already received stay cached)"""
 
 
 def _error(msg) -> None:
@@ -589,6 +592,16 @@ def cmd_table(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """'FLAG VALUE' as typed (`FLAG VALUE` or `FLAG=VALUE`), or None."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return f"{flag} {argv[i + 1]}"
+        if a.startswith(flag + "="):
+            return f"{flag} {a.split('=', 1)[1]}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from casu_dataset.core.redact import guard_logging
@@ -611,6 +624,14 @@ def main(argv: list[str] | None = None) -> int:
     except CasuError as err:  # an expected failure (bad input 2, the model 3, the Hub 5): one line, its code
         _error(err)
         return err.exit_code
+    except (OSError, MemoryError, sqlite3.Error) as err:  # a full disk, a size limit, no memory: exit 6
+        from casu_dataset.core.errors import EXIT_RESOURCE, resource_message
+
+        msg = resource_message(err, _flag_value(argv, "--output_path"))
+        if msg is None:
+            raise
+        _error(msg)
+        return EXIT_RESOURCE
     finally:
         # Free Arrow objects held in reference cycles while Arrow is still alive: left to the
         # interpreter's final teardown, a parquet reader's native thread is destroyed after its

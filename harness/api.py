@@ -122,6 +122,22 @@ def make_judge(name: str | None):
     raise UsageError(f"--judge {name!r}: use 'local' or 'openai'")
 
 
+def _check_no_collision(output_path, cache, dataset, robustness_dataset) -> None:
+    """UsageError when --output_path or --cache is, holds or lies inside a dataset folder (the run
+    would write its results and cache into the data it reads)."""
+    from casu_dataset.core.paths import collision, describe
+
+    local = {
+        flag: d
+        for flag, d in (("--dataset", dataset), ("--robustness_dataset", robustness_dataset))
+        if d is not None and os.path.exists(os.path.expanduser(str(d)))
+    }
+    outs = {"--output_path": output_path, "--cache": cache if cache not in (None, "off") else None}
+    clash = collision(outs, local)
+    if clash:
+        raise UsageError(describe(clash))
+
+
 def check_paths(output_path: str | None, cache: str | None) -> None:
     """UsageError when --output_path or --cache cannot be used; creates --output_path."""
     out = output_path
@@ -418,6 +434,7 @@ def simple_evaluate(
         checked_args = check_model_args(cls, model, raw_args)  # ModelArgsError (a usage error)
     else:
         checked_args = raw_args
+    _check_no_collision(output_path, cache, dataset, robustness_dataset)
     check_paths(None if output_path is None else str(output_path), cache)
     log.info(
         "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [c.name for c in conds], dataset
@@ -630,6 +647,11 @@ def _open_cache(cache: str | None, output_path, on_cleaned):
     try:
         return ResponseCache(path)
     except (sqlite3.Error, OSError) as err:
+        from casu_dataset.core.errors import ResourceError, resource_message
+
+        full = resource_message(err, f"--cache {path}")
+        if full:
+            raise ResourceError(f"--cache {path}: {full}") from None
         raise UsageError(
             f"--cache {path}: cannot open it as the response cache ({err}); give a new file name or 'off'"
         ) from None

@@ -23,7 +23,7 @@ def process_concurrently(
     steps (so this module does not import it): `prepare_audio(unit)`, `send(units, requests)` (one
     adapter call) and `one_by_one(units, requests)` (each request alone)."""
 
-    def call(units, reqs):  # in a pool thread; RunState's counters are sums, a lost update is harmless
+    def call(units, reqs):  # in a pool thread (RunState's counters take its lock)
         try:
             return send(units, reqs)
         except AdapterError:

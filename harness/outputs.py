@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import socket
@@ -56,6 +57,11 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
                 "command; cached outputs make it fast)"
             ),
         )
+    if not isinstance(doc.get("results"), dict):
+        return None, [], "has no `results` (not a CASU results document, or cut short)"
+    bad = _non_finite(doc["results"], "results")
+    if bad:
+        return None, [], f"{bad} is not a finite number (the file was edited or damaged): not a score"
     logs = []
     for key in ("sample_logs", "lm_eval_sample_logs"):  # CASU's sample records, then lm-eval's lines
         for task, rec in (doc.get(key) or {}).items():
@@ -70,6 +76,23 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
                 )
             logs.append(p)
     return doc, logs, None
+
+
+def _non_finite(value, where: str) -> str | None:
+    """The path of the first NaN or infinite number in a results tree (None: every one finite)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} = {value}"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = ((str(i), v) for i, v in enumerate(value))
+    else:
+        return None
+    for k, v in items:
+        bad = _non_finite(v, f"{where}.{k}")
+        if bad:
+            return bad
+    return None
 
 
 def _is_lm_eval_file(path: Path) -> bool:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from casu_dataset.core.llm.cache import ResponseCache
+from casu_dataset.core.redact import redact_known
 from casu_dataset.dataset.reader import Row
 from harness.concurrent import process_concurrently
 from harness.conditions import FULL, Condition
@@ -47,11 +49,29 @@ class Unit:
 
 @dataclass
 class RunState:
+    # Wall time with at least one model call in flight: with concurrent calls (an API adapter) a
+    # sum over calls would exceed the run's own time and make the harness overhead negative.
     model_seconds: float = 0.0
     calls: int = 0
     cache_hits: int = 0
     batch_size: int | None = None  # the size --batch_size auto settled on (None: not shrunk)
     truncated: set = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _in_flight: int = 0
+    _busy_since: float = 0.0
+
+    def call_started(self) -> None:
+        with self._lock:
+            if self._in_flight == 0:
+                self._busy_since = time.perf_counter()
+            self._in_flight += 1
+
+    def call_ended(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self.calls += 1
+            if self._in_flight == 0:
+                self.model_seconds += time.perf_counter() - self._busy_since
 
 
 def _h(parts: list) -> str:
@@ -142,7 +162,7 @@ def _one_by_one(adapter: Adapter, units: list[Unit], reqs: list[Request], state:
 
 
 def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[dict]:
-    t0 = time.perf_counter()
+    state.call_started()
     try:
         if units[0].mode == "loglikelihood":
             scores = adapter.loglikelihood(reqs)
@@ -152,10 +172,10 @@ def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunSt
         texts = adapter.generate(reqs, settings_for(units[0].task))
         if len(texts) != len(reqs):
             raise RuntimeError(f"adapter returned {len(texts)} texts for {len(reqs)} requests")
-        return [{"response": t} for t in texts]
+        # A server that echoes the key puts it in its answer: masked before the samples and the cache.
+        return [{"response": redact_known(t) if isinstance(t, str) else t} for t in texts]
     finally:
-        state.model_seconds += time.perf_counter() - t0
-        state.calls += 1
+        state.call_ended()
 
 
 def _is_oom(err: BaseException) -> bool:

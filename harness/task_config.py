@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from casu_dataset import contract
+from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
 from harness import metrics as M
 
@@ -167,7 +168,7 @@ class TaskConfig(BaseModel):
 def load_task(path: str | Path) -> TaskConfig:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = strict_yaml.safe_load(path.read_text(), path)
     except OSError as err:
         raise TaskConfigError(f"{path}: cannot read it ({err.strerror})") from None
     except UnicodeDecodeError as err:
@@ -189,13 +190,13 @@ def load_task(path: str | Path) -> TaskConfig:
 
 
 def load_tasks(dirs: Sequence[str | Path] | None = None) -> dict[str, TaskConfig]:
-    """Every *.yaml under the given folders (default: the built-in tasks), keyed by task name."""
+    """Every *.yaml / *.yml under the given folders (default: the built-in tasks), keyed by task name."""
     out: dict[str, TaskConfig] = {}
     for d in dirs or [builtin_tasks_dir()]:
         d = Path(d)
         if not d.is_dir():
             raise TaskConfigError(f"--include_path {d}: not a folder")
-        for f in sorted(d.glob("*.yaml")):
+        for f in strict_yaml.yaml_files(d):
             cfg = load_task(f)
             if cfg.task in out:
                 raise TaskConfigError(f"{f}: task {cfg.task!r} is defined twice")

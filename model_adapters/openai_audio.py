@@ -17,12 +17,13 @@ from __future__ import annotations
 import base64
 import io
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from casu_dataset.core.errors import CasuError
-from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
+from model_adapters.base import Adapter, AdapterError, GenerationSettings, ModelArgsError, Request
 
 
 def wav16_b64(audio: np.ndarray, sr: int) -> str:
@@ -38,6 +39,31 @@ class RequestFailed(CasuError, RuntimeError):
     sample as failed, does not cache it, and goes on)."""
 
     exit_code = 3
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_SHAPE = re.compile(r"(sk-|hf_|gsk_|xai-|AIza)|(?=.*[a-z])(?=.*[A-Z])(?=.*\d).{24,}")
+
+
+def _check_secret_args(base_url: str | None, api_key_env: str) -> None:
+    """Refuse the two slips that would write a key into every results file: credentials inside
+    `base_url`, and the key itself given as `api_key_env` (which names the variable holding it).
+    Neither message repeats the secret."""
+    from casu_dataset.core.redact import register_secret, url_without_userinfo
+
+    if base_url and re.search(r"://[^/@\s]*@", base_url):
+        raise ModelArgsError(
+            f"--model_args base_url={url_without_userinfo(base_url)}: holds credentials (user:key@), which "
+            "would be written into the results; give the URL without them and the key in the "
+            "environment variable named by api_key_env (default OPENAI_API_KEY)"
+        )
+    if not _ENV_NAME.fullmatch(api_key_env or "") or _KEY_SHAPE.match(api_key_env):
+        register_secret(api_key_env)  # masked wherever it might still be printed
+        raise ModelArgsError(
+            f"--model_args api_key_env: {len(api_key_env or '')} characters that look like a key, not the "
+            "NAME of an environment variable; export the key (export OPENAI_API_KEY=...) and give "
+            "api_key_env=OPENAI_API_KEY (the default) or your variable's name"
+        )
 
 
 class OpenAIAudio(Adapter):
@@ -61,6 +87,7 @@ class OpenAIAudio(Adapter):
         system_prompt: str | None = None,
         rate_limit_wait: float = 300.0,
     ):
+        _check_secret_args(base_url, api_key_env)
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env)
         from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
 

@@ -27,9 +27,11 @@ class FlakyAPI:
         retry_after: str | None = "1",
         always_fail: str | None = None,
         fail_code: str = "500",
+        echo_key: bool = False,
     ):
         self.latency, self.p429, self.p500, self.pdrop = latency, p429, p500, pdrop
         self.retry_after, self.always_fail, self.fail_code = retry_after, always_fail, fail_code
+        self.echo_key = echo_key  # answers "A (your key: <the key sent>)", as careless servers echo it
         self.lock = threading.Lock()
         self.in_flight = self.max_in_flight = 0
         self.status = Counter()
@@ -80,8 +82,10 @@ class FlakyAPI:
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return
                     code = int(fate)
+                    key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                    answer = f"A (your key: {key})" if api.echo_key else "A"
                     payload = (
-                        {"choices": [{"message": {"role": "assistant", "content": "A"}}]}
+                        {"choices": [{"message": {"role": "assistant", "content": answer}}]}
                         if code == 200
                         else {"error": {"message": "slow down" if code == 429 else "internal error"}}
                     )

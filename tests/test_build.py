@@ -150,6 +150,14 @@ def test_shards_merge_to_the_single_build(built, builder, work):
     merged = merge_folders(work / "merged", [work / "shard0", work / "shard1"])
     assert sorted(merged.built) == sorted(rep.built)
     assert _bytes(out) == _bytes(work / "merged")
+    # A shard given twice (by any path), or two builds holding one scene, is refused by name.
+    alias = work / "shard0_link"
+    alias.symlink_to(work / "shard0")
+    with pytest.raises(BuildError, match=rf"{alias}: the same shard folder as {work / 'shard0'}"):
+        merge_folders(work / "merged_twice", [work / "shard0", work / "shard1", alias])
+    with pytest.raises(BuildError, match=rf"{out}: scene \S+ is also in {work / 'shard0'}"):
+        merge_folders(work / "merged_overlap", [work / "shard0", out])
+    assert not (work / "merged_twice").exists() and not (work / "merged_overlap").exists()
     with pytest.raises(ConfigError, match=r"^shard_index 2: must be in 0\.\.1 for num_shards 2$"):
         _config(work / "x", work / "cache", num_shards=2, shard_index=2)
 
@@ -473,3 +481,106 @@ def test_configs_stream_into_several_shards_and_old_shards_go(built, work, monke
     monkeypatch.undo()
     merge_folders(target, [target])  # back to one shard: the stale shards are removed
     assert _bytes(target) == _bytes(out)
+
+
+def test_never_more_worker_processes_than_units_of_work(monkeypatch, tmp_path):
+    from casu_dataset.dataset import executor
+
+    started = []
+    monkeypatch.setattr(
+        executor, "_prebuild_parallel", lambda units, *a, **k: started.append((len(units), a[3]))
+    )
+    spec = {"cache": str(tmp_path)}
+    executor.prebuild([["family a"]], 0, tmp_path, num_proc=3, builder_spec=spec, progress=False)
+    assert started == []  # one unit: built in this process, no pool of 3
+    executor.prebuild([["a"], ["b"]], 0, tmp_path, num_proc=3, builder_spec=spec, progress=False)
+    assert started == [(2, 2)]  # two units: two workers
+    executor.prebuild([["a"], ["b"], ["c"]], 0, tmp_path, num_proc=2, builder_spec=spec, progress=False)
+    assert started[-1] == (3, 2)
+
+
+def test_a_cache_that_is_a_file_is_named_as_the_cache(tmp_path, monkeypatch):
+    import casu_dataset
+
+    fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+    a_file = tmp_path / "not_a_folder"
+    a_file.write_text("x")
+    for cache, env, where in (
+        (a_file, None, "a file, not a folder"),
+        (a_file / "sub", None, "cannot make the cache folder"),
+        (None, a_file, "from $CASU_CACHE or the default"),
+    ):
+        if env:
+            monkeypatch.setenv("CASU_CACHE", str(env))
+        config = BuildConfig(out=tmp_path / "out", cache=cache, scenarios=fixture, progress=False)
+        with pytest.raises(ConfigError) as err:
+            casu_dataset.build(config)
+        assert (
+            str(err.value).startswith("cache ")
+            and where in str(err.value)
+            and "catalog" not in str(err.value)
+        )
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_report_files_that_cannot_be_written_are_named_before_any_work(tmp_path):
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    cases = [
+        (["validity", "--out", str(folder)], f"--out {folder}: a folder; give a file name"),
+        (["voices", "--json", str(folder)], f"--json {folder}: a folder; give a file name"),
+        (
+            ["validity", "--out", str(tmp_path / "no" / "r.md")],
+            f"its folder {tmp_path / 'no'} does not exist",
+        ),
+    ]
+    for argv, want in cases:
+        t = time.perf_counter()
+        rc, out, err = call_main(main, argv)
+        assert rc == 2 and want in err and "Traceback" not in err, (argv, err)
+        assert time.perf_counter() - t < 5  # refused up front, not after the work
+
+
+def test_a_dry_run_push_checks_the_repo_id_as_the_real_push_does(built):
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+
+    out = built[0]
+    rc, stdout, err = call_main(main, ["push", "--folder", str(out), "--repo", "not a repo", "--dry_run"])
+    assert rc == 2 and "--repo 'not a repo': expected ORG/NAME" in err and "would upload" not in stdout
+    rc, stdout, _ = call_main(main, ["push", "--folder", str(out), "--repo", "org/casu-mini", "--dry_run"])
+    assert rc == 0 and "would upload" in stdout
+
+
+def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused_and_nothing_is_lost(tmp_path):
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+
+    fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(fixture, lib / "families.yaml")
+    cache = tmp_path / "cache"
+    cases = [
+        (["--out", str(lib), "--scenarios", str(lib)], f"--out {lib} is --scenarios {lib}"),
+        (
+            ["--out", str(lib / "ds"), "--scenarios", str(lib)],
+            f"--out {lib / 'ds'} lies inside --scenarios {lib}",
+        ),
+        (["--out", str(tmp_path), "--scenarios", str(lib)], f"--out {tmp_path} contains --scenarios {lib}"),
+        (
+            ["--out", str(cache / "ds"), "--scenarios", str(lib)],
+            f"--out {cache / 'ds'} lies inside --cache {cache}",
+        ),
+    ]
+    for argv, want in cases:
+        rc, _, err = call_main(main, ["build", "--cache", str(cache), *argv])
+        assert rc == 2 and want in err and "write somewhere else" in err, (argv, err)
+        assert sorted(p.name for p in lib.iterdir()) == ["families.yaml"]  # the library is untouched
+        assert (lib / "families.yaml").read_text() == fixture.read_text()

@@ -388,3 +388,41 @@ def test_removing_the_slot_leaves_any_model_at_chance(family_dataset):
     assert all(np.array_equal(audios[0], a) for a in audios[1:])
     full = [data.audio(s, parse_conditions("PEB")[0]) for s in samples]
     assert not np.array_equal(full[0], full[1])
+
+
+def test_a_key_given_twice_is_named_in_families_tasks_scripts_and_cards(tmp_path):
+    """PyYAML keeps the second of two equal keys silently; every CASU reader refuses it by name."""
+    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.families.compile import FamilyError, compile_families
+    from casu_dataset.script.schema import ScriptError, load_script
+    from harness.task_config import TaskConfigError, builtin_tasks_dir, load_task
+
+    text = FIXTURE.read_text()
+    fam = tmp_path / "fams.yaml"
+    fam.write_text(text.replace("      q: Why does", "      q: What now?\n      q: Why does", 1))
+    with pytest.raises(FamilyError, match=r"(?s)fams.yaml: .*the key 'q' twice \(first on line \d+\)"):
+        compile_families(fam)
+    task = tmp_path / "role_inference.yaml"
+    src = (builtin_tasks_dir() / "role_inference.yaml").read_text()
+    task.write_text(src + "\ntask: role_inference\n")
+    with pytest.raises(TaskConfigError, match=r"(?s)role_inference.yaml: .*the key 'task' twice"):
+        load_task(task)
+    script = tmp_path / "s.yaml"
+    script.write_text("id: s\nplace: a kitchen\nplace: a garden\n")
+    with pytest.raises(ScriptError, match=r"(?s)s.yaml: .*the key 'place' twice"):
+        load_script(script)
+    card = tmp_path / "ds"
+    card.mkdir()
+    (card / "README.md").write_text("---\nconfigs: []\nconfigs: []\n---\n# x\n")
+    with pytest.raises(LoadError, match=r"(?s)README.md: .*the key 'configs' twice"):
+        BuiltDataset(card).rows("role_inference", "test")
+
+
+def test_yml_files_are_family_files_too(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fams.yml").write_text(FIXTURE.read_text())
+    from casu_dataset.families.compile import compile_families, is_family_library
+
+    assert is_family_library(lib)
+    assert {s.family_id for s in compile_families(lib)} == {s.family_id for s in compile_families(FIXTURE)}

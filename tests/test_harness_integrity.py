@@ -175,6 +175,39 @@ def _dead_pid() -> int:
     return p.pid
 
 
+def test_a_results_file_with_a_nan_or_without_results_is_skipped_by_name_never_printed(tmp_path, env):
+    d = tiny_dataset(tmp_path / "ds", 3, "n")
+    out = tmp_path / "res"
+    _, good = run_random(env, d, out)
+    (f,) = (out / "random").glob("casu_results_*.json")
+    cell = good["results"]["role_inference"]
+    cond = next(iter(cell))
+    for damage, why in (
+        (lambda doc: doc["results"]["role_inference"][cond]["accuracy"].update(value=float("nan")), "= nan"),
+        (lambda doc: doc.pop("results"), "has no `results`"),
+    ):
+        doc = json.loads(json.dumps(good))
+        damage(doc)
+        f.write_text(json.dumps(doc))  # json writes NaN as the bare word NaN, and reads it back
+        t = harness(env, "table", str(out), check=False)
+        assert t.returncode == 2 and "nan" not in t.stdout.lower() and "Traceback" not in t.stderr
+        assert f"skipped {f}:" in t.stderr and why in t.stderr, t.stderr
+
+
+def test_results_or_a_cache_written_into_the_dataset_are_refused(tmp_path, env):
+    d = tiny_dataset(tmp_path / "ds", 2, "o")
+    before = sorted(p.relative_to(d).as_posix() for p in d.rglob("*"))
+    for extra, want in (
+        (["--output_path", str(d)], f"--output_path {d} is --dataset {d}"),
+        (["--output_path", str(tmp_path / "res"), "--cache", str(d / "c.sqlite")], "lies inside --dataset"),
+    ):
+        p = harness(
+            env, "--model", "random", "--tasks", "role_inference", "--dataset", str(d), *extra, check=False
+        )
+        assert p.returncode == 2 and want in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert sorted(p.relative_to(d).as_posix() for p in d.rglob("*")) == before  # nothing written into it
+
+
 def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path, env):
     d = tiny_dataset(tmp_path / "ds", 3, "k")
     out = tmp_path / "res"

@@ -65,6 +65,12 @@ def test_throughput_rises_with_concurrency_and_every_request_is_answered_once(ds
         # worker waiting out a 429's Retry-After (1 s) is not in flight at the server.
         used = api.max_in_flight
         assert used <= conc and (used > conc // 2 or conc == 1), (conc, used)
+        # Model time is the wall time with a call in flight, not a sum over concurrent calls: the
+        # harness overhead printed beside it is never negative.
+        (doc,) = [json.loads(p.read_text()) for p in (tmp_path / f"res{conc}").rglob("casu_results_*.json")]
+        tm = doc["timing"]
+        assert 0 < tm["model_s"] <= tm["inference_phase_s"] and tm["overhead_ms_per_unit"] >= 0, tm
+        assert "overhead -" not in out
         figures[conc] = {
             "in_flight": api.max_in_flight,
             "req_per_s": round(N / secs, 2),
@@ -174,3 +180,59 @@ def test_a_killed_concurrent_run_resumes_without_repeating_cached_requests(ds, t
     assert asked_again == N - cached  # nothing cached was asked again
     twice = sum(1 for v in api.answered.values() if v > 1)
     assert len(api.answered) == N and twice <= 4, (twice, dict(api.answered))  # only the in-flight ones
+
+
+def test_a_key_the_server_echoes_reaches_no_written_file(ds, tmp_path, monkeypatch):
+    key = "sk-casu-test-Q7rT2mXw9LpV4nZk"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    api = FlakyAPI(p429=0, p500=0, pdrop=0, echo_key=True)
+    with api as url:
+        rc, out, _ = run(ds, tmp_path / "res", url, 4, "--log_samples", "--limit", "4")
+    assert rc == 0, out[-2000:]
+    assert api.answered and key not in out
+    files = [p for p in (tmp_path / "res").rglob("*") if p.is_file()]
+    assert any(p.name == "cache.sqlite" for p in files) and any(p.name.startswith("samples_") for p in files)
+    for p in files:
+        data = p.read_bytes()
+        assert key.encode() not in data and key[-12:].encode() not in data, p
+    (samples,) = (tmp_path / "res").rglob("casu_samples_*.jsonl")
+    first = json.loads(samples.read_text().splitlines()[0])
+    assert first["response"].startswith("A (your key: [REDACTED]") and first["parsed"] == "A"
+
+
+def test_credentials_in_base_url_or_a_key_as_api_key_env_are_refused_without_echo(ds, tmp_path):
+    from harness.__main__ import main
+
+    secret = "Q7rT2mXw9LpV4nZkAbCdEf12"
+    for args, want in (
+        (
+            f"model=m,base_url=http://user:{secret}@127.0.0.1:9/v1",
+            "base_url=http://[REDACTED]@127.0.0.1:9/v1",
+        ),
+        (f"model=m,api_key_env=sk-{secret}", "api_key_env: 27 characters that look like a key"),
+        (f"model=m,api_key_env=hf_{secret}", "look like a key, not the NAME"),
+    ):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            rc = main(
+                [
+                    "--model",
+                    "openai-audio",
+                    "--model_args",
+                    args,
+                    "--tasks",
+                    "role_inference",
+                    "--dataset",
+                    str(ds),
+                    "--output_path",
+                    str(tmp_path / "res"),
+                    "--no_probe",
+                    "--quiet",
+                ]
+            )
+        text = buf.getvalue()
+        assert rc == 2 and want in text and secret[:8] not in text, text
+        written = (
+            [p for p in (tmp_path / "res").rglob("*") if p.is_file()] if (tmp_path / "res").exists() else []
+        )
+        assert not any(secret.encode() in p.read_bytes() for p in written)

@@ -44,6 +44,27 @@ def test_rows_readable_without_torchcodec(casu_small, tmp_path, no_torchcodec):
     assert all(set(sc[0][c]) == {"bytes", "path"} for c in ("audio", "background", "speech", "events"))
 
 
+def test_decode_audio_gives_arrays_in_a_notebook_without_torchcodec(casu_small, tmp_path, no_torchcodec):
+    import datasets
+
+    files = casu_dataset.data_files(casu_small, "contextual_reasoning")
+    ds = datasets.load_dataset("parquet", data_files=files, split="test", cache_dir=str(tmp_path))
+    rows = ds.with_transform(casu_dataset.decode_audio)
+    a = rows[0]["audio"]
+    want, sr = sf.read(io.BytesIO(ds[0]["audio"]["bytes"]), dtype="float32")
+    assert a["array"].dtype == np.float32 and a["sampling_rate"] == sr == 16000
+    assert np.array_equal(a["array"], want) and a["path"] == ds[0]["audio"]["path"]
+    batch = rows[:3]["audio"]  # a slice is a batch: one decoded value per row
+    assert len(batch) == 3 and all(b["array"].size and b["sampling_rate"] == 16000 for b in batch)
+    assert rows[1]["question"] == ds[1]["question"]  # the other columns as they were
+    with pytest.raises(casu_dataset.LoadError, match=r"'x/mix.flac' has no FLAC bytes"):
+        casu_dataset.decode_audio({"audio": [{"bytes": None, "path": "x/mix.flac"}]})
+    with pytest.raises(casu_dataset.LoadError, match=r"'x/mix.flac' is not decodable"):
+        casu_dataset.decode_audio({"audio": {"bytes": b"RIFF junk", "path": "x/mix.flac"}})
+    with pytest.raises(casu_dataset.LoadError, match="no 'audio' column"):
+        casu_dataset.decode_audio({"question": ["q"]})
+
+
 def test_default_config_is_all_questions(casu_small, tmp_path, no_torchcodec):
     import datasets
 

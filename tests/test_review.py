@@ -243,3 +243,21 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
     assert all(v == 0 for k, v in applied.items() if k.startswith("famil"))
     card = (ds / "README.md").read_text()
     assert "3 items reviewed, 1 accepted, 1 edited, 1 rejected" in card
+
+
+def test_a_taken_port_is_named_with_the_way_out(casu_small):
+    import socket
+
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc, out, err = call_main(main, ["review", "--dataset", str(casu_small), "--port", str(port)])
+    assert rc == 2 and out == ""
+    assert f"--port {port}: in use on 127.0.0.1" in err and "--port 0" in err and "Traceback" not in err
+    rc, _, err = call_main(main, ["review", "--dataset", str(casu_small), "--host", "no-such-host.invalid"])
+    assert rc == 2 and "--host no-such-host.invalid: cannot listen there" in err

@@ -32,7 +32,9 @@ EXIT_CODES = """exit codes:
   3  generate: the LLM server refused the requests (401, 403, 404) or kept failing; replies
      already received stay cached, so re-running resumes
   5  push: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload
-     (token, permissions); one line says which. Re-running resumes: files already committed are skipped"""
+     (token, permissions); one line says which. Re-running resumes: files already committed are skipped
+  6  a resource ran out: no space left, a file size limit, too long a path, no permission, no memory
+     (one line names the path; no half-written output is left, and the caches keep what was done)"""
 
 # In the order `--help` lists them.
 COMMANDS = (
@@ -82,3 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         render = getattr(err, "render", None)
         error(render(args.flag) if render is not None and hasattr(args, "flag") else err)
         return err.exit_code
+    except (OSError, MemoryError) as err:  # a full disk, a size limit, no memory: one line, exit 6
+        from casu_dataset.core.errors import EXIT_RESOURCE, resource_message
+
+        out = next((f"--{k} {getattr(args, k)}" for k in ("out", "json") if getattr(args, k, None)), None)
+        msg = resource_message(err, out)
+        if msg is None:
+            raise
+        error(msg)
+        return EXIT_RESOURCE

@@ -25,6 +25,35 @@ def check_out(path, flag: str = "--out") -> str | None:
     return why and f"{flag} {path}: {why}"
 
 
+def check_out_file(path, flag: str) -> str | None:
+    """Why a report file cannot be written at `path`, naming the flag (None when it can): checked
+    before any work, so a bad path never costs a run."""
+    if not path:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        return f"{flag} {path}: a folder; give a file name (e.g. {p / 'report.txt'})"
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        return f"{flag} {path}: its folder {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        return f"{flag} {path}: not writable"
+    return None
+
+
+def write_report(path, text: str, flag: str) -> bool:
+    """Write a report file atomically; False (after one error line naming the flag) when the disk
+    refuses it (full, read-only, too long a name)."""
+    from casu_dataset.core import atomic
+
+    try:
+        atomic.write_text(Path(path), text)
+    except OSError as err:
+        error(f"{flag} {path}: cannot write it ({err.strerror or err})")
+        return False
+    return True
+
+
 def int_in(lo: int, hi: int | None = None):
     """argparse type: an integer in [lo, hi] (argparse names the flag in its error)."""
 

@@ -21,9 +21,10 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from casu_dataset.core.hub import plan_push, push
+    from casu_dataset.core.hub import check_repo_id, plan_push, push
 
     private = not args.public
+    check_repo_id(args.repo)  # a dry run checks what the real push would: HubError naming --repo
     files = plan_push(args.folder)
     if args.dry_run:
         print(

@@ -26,7 +26,18 @@ def run(args) -> int:
     try:
         srv, data = serve(args.dataset, args.host, args.port, args.reviewer)
     except OSError as err:  # the port is taken or the host cannot be bound: a bad --host/--port
-        error(err)
+        import errno
+        import socket
+
+        why = err.strerror or str(err)
+        if err.errno == errno.EADDRINUSE:
+            error(
+                f"--port {args.port}: in use on {args.host}; give another port, or --port 0 for any free one"
+            )
+        elif isinstance(err, socket.gaierror) or err.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            error(f"--host {args.host}: cannot listen there ({why})")
+        else:
+            error(f"--host {args.host} --port {args.port}: cannot listen there ({why})")
         return 2
     host, port = srv.server_address[:2]
     print(

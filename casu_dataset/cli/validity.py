@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from casu_dataset.cli.common import check_out_file, error, write_report
 
 
 def add(sub) -> None:
@@ -37,6 +38,11 @@ def add(sub) -> None:
 def run(args) -> int:
     from casu_dataset.families.compile import DEFAULT_V2_DIR, is_family_library
 
+    why = check_out_file(args.out, "--out")
+    if why:
+        error(why)
+        return 2
+
     src = args.scenarios or DEFAULT_V2_DIR
     if is_family_library(src):
         return _family_validity(args, src)
@@ -64,8 +70,8 @@ def run(args) -> int:
     bad = realisability(scenes, Retriever(Catalog.embedded(), emb, cache_dir=args.cache))
     report = format_report(coverage(scenes), blind, bad)
     print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n")
+    if args.out and not write_report(args.out, report + "\n", "--out"):
+        return 2
     over = [k for k, v in blind.items() if isinstance(v, float) and v > BLIND_TARGET and "length" not in k]
     return 1 if over or bad else 0
 
@@ -104,8 +110,8 @@ def _family_validity(args, src) -> int:
         report += "\n\n" + format_summary(cues["summary"])
         cue_failures = failures(cues["summary"]) if args.strict_cues else []
     print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n")
+    if args.out and not write_report(args.out, report + "\n", "--out"):
+        return 2
     bad = violations + (built[0] if built else []) + cue_failures
     for v in bad:
         print(f"validity: {v}", file=sys.stderr)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from casu_dataset.cli.common import int_in
+from casu_dataset.cli.common import check_out_file, error, int_in, write_report
 
 
 def add(sub) -> None:
@@ -26,6 +25,10 @@ def run(args) -> int:
     from casu_dataset.speech.layer import SpeechSynth
     from casu_dataset.speech.voices import VoiceRegistry
 
+    why = check_out_file(args.json, "--json")
+    if why:
+        error(why)
+        return 2
     reg = VoiceRegistry().available()
     sentences = SENTENCES[: args.sentences] if args.sentences else SENTENCES
     rows = voice_wer_table(reg, SpeechSynth(args.cache), WhisperChecker(), sentences)
@@ -36,6 +39,6 @@ def run(args) -> int:
             f"| {r['voice']} | {r['engine']} | {r['gender']} | {r['age']} | {r['pitch_st']:+.2f} | "
             f"{r['tempo']:.3f} | {r['wer']:.3f} | {'yes' if r['wer'] <= DEFAULT_MAX_WER else 'no'} |"
         )
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.json and not write_report(args.json, json.dumps(rows, indent=1), "--json"):
+        return 2
     return 0

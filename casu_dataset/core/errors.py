@@ -41,3 +41,51 @@ class FieldError(CasuError):
 
     def render(self, name: Callable[[Field], str]) -> str:
         return "".join(name(p) if isinstance(p, Field) else p for p in self.parts)
+
+
+# -- resources: a full disk, a file size limit, too long a name, no permission, no memory ---------
+
+#: The exit code of a run stopped by a resource (disk, file size limit, memory), in both CLIs.
+EXIT_RESOURCE = 6
+
+
+class ResourceError(CasuError):
+    """A resource ran out (a full disk, a size limit, memory); the message names the path."""
+
+    exit_code = EXIT_RESOURCE
+
+
+_RESOURCE_WHY = {
+    "ENOSPC": "no space left on the device",
+    "EDQUOT": "the disk quota is exceeded",
+    "EFBIG": "the file grew past this process's file size limit (ulimit -f)",
+    "ENAMETOOLONG": "the file name is too long for the file system",
+    "EACCES": "permission denied",
+    "EPERM": "operation not permitted",
+    "EROFS": "the file system is read-only",
+    "EMFILE": "too many open files (ulimit -n)",
+}
+
+
+def resource_message(err: BaseException, writing: str | None = None) -> str | None:
+    """One line for an error that a resource caused (naming the path and what ran out), or None
+    for any other error (a bug, which keeps its traceback). `writing`: the command's output (a
+    flag and its path), named when the error itself carries no file name (a failed write())."""
+    import errno
+    import sqlite3
+
+    if isinstance(err, MemoryError):
+        return (
+            "out of memory: the run asked for more than this machine has; ask for less "
+            "(a smaller --bootstrap_iters, --limit, batch size or --num-proc)"
+        )
+    if isinstance(err, sqlite3.OperationalError) and any(
+        s in str(err).lower() for s in ("disk is full", "disk i/o error", "readonly database")
+    ):
+        return f"the response cache could not be written ({err}): free space or give another --cache"
+    if isinstance(err, OSError) and err.errno is not None:
+        name = errno.errorcode.get(err.errno, "")
+        if name in _RESOURCE_WHY:
+            where = err.filename if err.filename is not None else f"writing {writing or 'a file'}"
+            return f"{where}: {_RESOURCE_WHY[name]} ({name}); nothing half-written was kept"
+    return None

@@ -74,6 +74,22 @@ def _fragments(s: str, secret: str) -> list[tuple[int, int]]:
     return spans
 
 
+def redact_known(text: str) -> str:
+    """`text` with the secrets this process knows (the key variables' values, registered keys) and
+    their 4+ character runs masked, but no key-shaped pattern: for a model's own output, which may
+    say "token=..." innocently but must never carry a key a server echoed into the logs or cache."""
+    s = str(text)
+    for v in sorted(set(_env_secrets()), key=len, reverse=True):
+        for a, b in reversed(_fragments(s, v)):
+            s = s[:a] + MASK + s[b:]
+    return s
+
+
+def url_without_userinfo(url: str) -> str:
+    """`url` with any `user:password@` replaced by the mask (for messages about a URL)."""
+    return re.sub(r"(?<=://)[^/@\s]*@", MASK + "@", str(url))
+
+
 def redact(text, secrets=()) -> str:
     """`text` with every known secret, every 4+ character run of one, and every key-shaped
     string replaced by [REDACTED]."""

@@ -713,6 +713,21 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
         if not p.is_file():
             raise BuildError(f"{d}: not a CASU build folder (no build_report.json)")
         reports.append(json.loads(p.read_text()))
+    seen_folder: dict[Path, str | Path] = {}
+    for d in shards:
+        real = Path(d).resolve()
+        if real in seen_folder:
+            raise BuildError(f"{d}: the same shard folder as {seen_folder[real]}; give each shard once")
+        seen_folder[real] = d
+    built_in: dict[str, str | Path] = {}
+    for d, r in zip(shards, reports):
+        for sid in r["built"]:
+            if sid in built_in:
+                raise BuildError(
+                    f"{d}: scene {sid} is also in {built_in[sid]}; shards of one build hold each scene once "
+                    "(the same --num-shards, each --shard-index once)"
+                )
+            built_in[sid] = d
     settings = dict(reports[0]["settings"])
 
     def same(st):  # clips rejected on first use differ by shard: they are joined, not compared

@@ -5,6 +5,7 @@ fixed order, so every executor writes the same bytes."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from casu_dataset.core.errors import Field
 from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
+
+log = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "ray")
 
@@ -53,7 +56,14 @@ def prebuild(
         from casu_dataset.dataset.ray_executor import prebuild_ray
 
         prebuild_ray(units, seed, builder_spec, cache_dir, progress=progress, **(ray_options or {}))
-    elif num_proc > 1:
+        return
+    # Never more worker processes than units of work: each one loads the models.
+    if num_proc > len(units) > 0:
+        log.info(
+            "%d worker processes asked for %d units of work: starting %d", num_proc, len(units), len(units)
+        )
+        num_proc = len(units)
+    if num_proc > 1:
         if builder_spec is None:
             raise ConfigError(
                 Field("num_proc"), " > 1 needs a builder spec (workers construct their own models)"

@@ -84,6 +84,28 @@ def waveform(row_or_audio: dict) -> tuple[np.ndarray, int]:
     return x, int(sr)
 
 
+def decode_audio(batch: dict) -> dict:
+    """A `datasets` transform: `ds.with_transform(casu_dataset.decode_audio)` gives every row's
+    `audio` as `{"array": float32 mono, "sampling_rate": int, "path": str}`, decoded with soundfile
+    (no torchcodec, which cannot load beside the CPU torch). Takes a batch (column -> list, as
+    `with_transform` passes it) or one row; a value without FLAC bytes is a LoadError naming it."""
+    if "audio" not in batch:
+        raise LoadError(f"decode_audio: no 'audio' column among {sorted(batch)}")
+    values = batch["audio"]
+    one = isinstance(values, dict)
+    decoded = []
+    for audio in [values] if one else values:
+        name = (audio or {}).get("path") if isinstance(audio, dict) else None
+        try:
+            x, sr = waveform(audio)
+        except LoadError:
+            raise LoadError(f"decode_audio: row audio {name or audio!r} has no FLAC bytes") from None
+        except (RuntimeError, ValueError) as err:  # soundfile's LibsndfileError is a RuntimeError
+            raise LoadError(f"decode_audio: row audio {name!r} is not decodable: {err}") from None
+        decoded.append({"array": x, "sampling_rate": sr, "path": name})
+    return {**batch, "audio": decoded[0] if one else decoded}
+
+
 def load(path_or_repo: str | Path, task: str = ALL_CONFIG, split: str = "test") -> list[Row]:
     """The rows of one task (a task name, or `all` for every multiple-choice question) of a built
     CASU dataset: a local folder or a Hub dataset id. Raises DatasetNotFound, ConfigNotFound,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from casu_dataset.contract import FAMILY_FIELDS, LETTERS, SCENES_CONFIG, mcq_configs
+from casu_dataset.core import strict_yaml
 from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.core.errors import CasuError
 
@@ -333,7 +334,7 @@ class BuiltDataset:
             raise LoadError(f"{card}: cannot read the dataset card ({err.strerror or err})") from None
         m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
         try:
-            head = yaml.safe_load(m.group(1)) if m else None
+            head = strict_yaml.safe_load(m.group(1), card) if m else None
         except yaml.YAMLError as err:
             raise LoadError(f"{card}: the card's YAML header does not parse ({err})") from None
         out: dict[str, dict[str, list[str]]] = {}

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from casu_dataset.contract import DATASET_LETTERS as LETTERS
+from casu_dataset.core import strict_yaml
 from casu_dataset.scenarios import V2_DIR
 from casu_dataset.script.scenes import LAYER_NAMES, LibraryError, Question, Scene, TaskName
 from casu_dataset.script.schema import ScriptError, parse_script
@@ -130,7 +131,7 @@ def naming_violations(question: str, fills: dict[str, Fill]) -> list[str]:
 
 def _load_file(path: Path) -> list[tuple[int, dict]]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = strict_yaml.safe_load(path.read_text(encoding="utf-8"), path)
     except UnicodeDecodeError:
         raise FamilyError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as err:
@@ -333,9 +334,9 @@ def compile_families(
     """Every variant scene of every family in `folder` (or one file). With `skipped`, a family
     that fails is recorded there as {scene_id: FAMILY, reason} and the rest compile."""
     folder = Path(folder)
-    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else [folder]
+    files = strict_yaml.yaml_files(folder) if folder.is_dir() else [folder]
     if not files:
-        raise FamilyError(f"{folder}: no family files (*.yaml)")
+        raise FamilyError(f"{folder}: no family files (*.yaml, *.yml)")
     seen: dict[str, Path] = {}
     out: list[FamilyScene] = []
     for f in files:
@@ -357,10 +358,10 @@ def compile_families(
 def is_family_library(folder: str | Path) -> bool:
     """True when the files hold families (a `shape` field), not v1 scenarios."""
     folder = Path(folder)
-    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else [folder]
+    files = strict_yaml.yaml_files(folder) if folder.is_dir() else [folder]
     for f in files:
         try:
-            data = yaml.safe_load(f.read_text(encoding="utf-8"))
+            data = strict_yaml.safe_load(f.read_text(encoding="utf-8"), f)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(data, list) and data and isinstance(data[0], dict):

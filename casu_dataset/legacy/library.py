@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from casu_dataset.contract import DATASET_LETTERS, mcq_tasks
+from casu_dataset.core import strict_yaml
 from casu_dataset.scenarios import V1_DIR
 from casu_dataset.script.scenes import LAYER_NAMES, LibraryError, Question, Scene, TaskName
 from casu_dataset.script.schema import SceneScript, ScriptError, parse_script
@@ -87,7 +88,7 @@ class Scenario(_Strict):
 
 def _load_file(path: Path) -> list[Scenario]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = strict_yaml.safe_load(path.read_text(encoding="utf-8"), path)
     except UnicodeDecodeError as err:
         raise LibraryError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except OSError as err:
@@ -120,9 +121,9 @@ def compile_library(folder: str | Path = DEFAULT_DIR, skipped: list[dict] | None
     With `skipped` (a list), a scenario that fails validation is left out and recorded there
     as {scene_id, reason} instead of stopping the whole library."""
     folder = Path(folder)
-    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else [folder]
+    files = strict_yaml.yaml_files(folder) if folder.is_dir() else [folder]
     if not files:
-        raise LibraryError(f"{folder}: no scenario files (*.yaml)")
+        raise LibraryError(f"{folder}: no scenario files (*.yaml, *.yml)")
     authored: list[tuple[Path, Scenario]] = [(f, s) for f in files for s in _load_file(f)]
     seen: dict[str, Path] = {}
     for f, s in authored:

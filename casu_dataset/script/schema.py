@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
 
 MAX_SCENE_SECONDS = 30.0
@@ -242,7 +243,7 @@ def load_script(path: str | Path) -> SceneScript:
             f"{path}: scene script is not UTF-8 text (byte {err.start}: {err.reason})"
         ) from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else strict_yaml.safe_load(text, path)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         raise ScriptError(
             f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}"

@@ -1,0 +1,57 @@
+"""YAML as CASU reads it: safe, and strict about keys. PyYAML keeps the last of two equal keys in a
+mapping without a word (a family with `q:` twice, a task with `description:` twice); here that is
+an error naming the key and both lines. `.yml` files count as YAML wherever a folder is read."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import yaml
+
+SUFFIXES = (".yaml", ".yml")
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names one key twice; a yaml.YAMLError, so every reader's YAML error path names it."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    pass
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    first: dict = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges are YAML's own override rule
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            line = first.get(key)
+        except TypeError:  # an unhashable key: SafeLoader names it below
+            continue
+        if line is not None:
+            raise DuplicateKeyError(
+                "while reading a mapping",
+                node.start_mark,
+                f"found the key {key!r} twice (first on line {line}): the second would silently win",
+                key_node.start_mark,
+            )
+        first[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def safe_load(text: str, name: str | Path | None = None):
+    """`yaml.safe_load`, refusing a key given twice in one mapping (DuplicateKeyError); `name` (the
+    file) is what error marks show instead of "<unicode string>"."""
+    stream = io.StringIO(text)
+    stream.name = str(name) if name else "<text>"  # type: ignore[misc]  # read by yaml's marks
+    return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_files(folder: Path) -> list[Path]:
+    """The YAML files of a folder (`.yaml` and `.yml`), sorted by name."""
+    return sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix in SUFFIXES)
