@@ -426,3 +426,14 @@ def test_yml_files_are_family_files_too(tmp_path):
 
     assert is_family_library(lib)
     assert {s.family_id for s in compile_families(lib)} == {s.family_id for s in compile_families(FIXTURE)}
+
+
+def test_validity_names_every_library_family_missing_from_the_dataset(family_dataset, tmp_path):
+    scenes = compile_families(FIXTURE)
+    assert fv.check_coverage(family_dataset, scenes) == []
+    other = tmp_path / "lib.yaml"
+    text = FIXTURE.read_text().replace("- id: fx_go_or_stay", "- id: fx_go_or_stay_renamed")
+    other.write_text(text)
+    v = fv.check_coverage(family_dataset, compile_families(other))
+    assert [x["family"] for x in v] == ["fx_go_or_stay_renamed", "-"]
+    assert "4 of 4 variants not in" in v[0]["problem"] and "4 scenes not in the library" in v[1]["problem"]

@@ -3,6 +3,7 @@ iteration and filters, the default `all` config, `casu_dataset.load` items with 
 its named errors, and parquet row groups sized for streaming."""
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -61,6 +62,8 @@ def test_decode_audio_gives_arrays_in_a_notebook_without_torchcodec(casu_small, 
         casu_dataset.decode_audio({"audio": [{"bytes": None, "path": "x/mix.flac"}]})
     with pytest.raises(casu_dataset.LoadError, match=r"'x/mix.flac' is not decodable"):
         casu_dataset.decode_audio({"audio": {"bytes": b"RIFF junk", "path": "x/mix.flac"}})
+    with pytest.raises(casu_dataset.LoadError, match=r"waveform: the audio s/mix.flac is not decodable FLAC"):
+        casu_dataset.waveform({"audio": {"bytes": b"junk" * 10, "path": "s/mix.flac"}})
     with pytest.raises(casu_dataset.LoadError, match="no 'audio' column"):
         casu_dataset.decode_audio({"question": ["q"]})
 
@@ -134,6 +137,33 @@ def test_load_named_errors(casu_small, tmp_path):
     with pytest.raises(ConfigNotFound, match="role_inference"):
         casu_dataset.load(empty, "role_inference")
     assert issubclass(ConfigNotFound, LoadError) and issubclass(LoadError, ValueError)
+
+
+def test_a_build_record_whose_identity_was_rewritten_is_refused_by_every_reader(casu_small, tmp_path):
+    import json
+    import shutil
+
+    from casu_dataset.dataset.build_manifest import MixedFolderError
+
+    refused = (MixedFolderError, casu_dataset.LoadError)  # the loader names it as its own LoadError
+    for n, (edit, why) in enumerate(
+        (
+            (lambda ident: ident.update(sha256="0" * 64), "identity.sha256 is not the hash"),
+            (
+                lambda ident: ident["configs"].update(role_inference="f" * 64),
+                "identity.configs.role_inference",
+            ),
+        )
+    ):
+        d = tmp_path / f"edited{n}"
+        shutil.copytree(casu_small, d)
+        rec = json.loads((d / "casu_build.json").read_text())
+        edit(rec["identity"])
+        (d / "casu_build.json").write_text(json.dumps(rec))
+        with pytest.raises(refused, match=why):
+            casu_dataset.load(d, "role_inference")
+        with pytest.raises(refused, match=why):
+            casu_dataset.data_files(d, "role_inference")
 
 
 def test_parquet_row_groups_of_100(tmp_path, casu_small):
@@ -255,6 +285,28 @@ def test_reader_refuses_bad_rows_naming_them(tmp_path, casu_small):
         BuiltDataset(out).rows("role_inference")
     with pytest.raises(LoadError, match=r"config 'x/\.\.' is not a plain folder name"):
         BuiltDataset(out).rows("x/..")
+    # Rows that would be scored wrongly rather than fail: each named instead.
+    opts = rows[0]["options"]
+    for edit, want in (
+        (
+            {"options": [opts[0], opts[1], opts[0].upper() + " ", opts[3]]},
+            "field 'options' has the same text twice",
+        ),
+        (
+            {"task": "contextual_reasoning"},
+            "field 'task' is 'contextual_reasoning' in config 'role_inference'",
+        ),
+        ({"family_id": None, "variant": "v1"}, "field 'family_id' is None but 'variant' is 'v1'"),
+    ):
+        if not set(edit) <= set(t.schema.names):
+            continue
+        bad = [dict(rows[0], **edit)] + rows[1:]
+        pq.write_table(
+            pa.Table.from_pylist(bad, schema=t.schema), out / "role_inference" / "test-00000-of-00001.parquet"
+        )
+        with pytest.raises(LoadError, match=rf"row 0 \({rows[0]['id']}\): {re.escape(want)}"):
+            BuiltDataset(out).rows("role_inference")
+    assert "task" in t.schema.names and "family_id" in t.schema.names  # every case above ran
 
 
 def test_a_hub_id_reads_the_rows_the_folder_holds(casu_small, tmp_path, monkeypatch):

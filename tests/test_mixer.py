@@ -1,6 +1,7 @@
 """The mixer on real bank recordings and real flite speech."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -196,6 +197,37 @@ def test_regenerate_detects_changed_source(sources, tmp_path, speech_wavs):
     ann["turns"][0]["path"] = str(changed)
     with pytest.raises(AudioError, match="changed.wav: content differs"):
         regenerate(ann)
+
+
+def test_regenerate_refuses_numbers_it_cannot_render_naming_the_field(sources):
+    from casu_dataset.mix.mixer import AnnotationError
+
+    a = compose(script(), sources, seed=1)
+    edits = [
+        (lambda d: d.update(sample_rate=0), "sample_rate: 0"),
+        (lambda d: d["mix_config"].update(sample_rate=0), "sample_rate: 16000 (mix_config 0)"),
+        (
+            lambda d: d["plan"].update(num_samples=10**12),
+            "plan.num_samples: 1000000000000 is not a whole number",
+        ),
+        (
+            lambda d: d["plan"]["turns"][0].update(onset_samples=float("nan")),
+            "plan.turns[0].onset_samples: nan",
+        ),
+        (lambda d: d["plan"]["events"][0].update(onset_samples=-5), "plan.events[0].onset_samples: -5"),
+        (
+            lambda d: d["gains"]["speech"]["sources"].__setitem__(0, float("inf")),
+            "gains.speech.sources[0]: inf",
+        ),
+        (lambda d: d["gains"].update(clip_gain=0.0), "gains.clip_gain: 0.0 is not a finite positive number"),
+        (lambda d: d["plan"]["turns"].pop(), "plan.turns: expected one entry per turn"),
+    ]
+    for edit, want in edits:
+        ann = json.loads(json.dumps(a.annotation))
+        edit(ann)
+        with pytest.raises(AnnotationError, match=re.escape(want)):
+            regenerate(ann)
+    assert regenerate(json.loads(json.dumps(a.annotation))).mixture.tobytes() == a.mixture.tobytes()
 
 
 def test_any_rate_and_channels_in(tmp_path, clips_dir, sources):

@@ -95,6 +95,8 @@ def _family_validity(args, src) -> int:
     violations += fv.check_retrieval(scenes, retriever)
     truth = fv.check_type_truth(scenes, retriever)
     built = fv.check_built(args.dataset) if args.dataset else None
+    if args.dataset:  # a library family missing from the dataset is a finding, never silence
+        violations += fv.check_coverage(args.dataset, scenes)
     blind = fv.embedding_readers(scenes, emb)
     blind.update(fv.length_readers(scenes))
     if not args.no_lm:

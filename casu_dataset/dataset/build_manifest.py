@@ -86,9 +86,36 @@ def read(root: Path) -> dict | None:
         record = json.loads(p.read_text())
         if record.get("format") != MANIFEST_FORMAT or not isinstance(record.get("files"), dict):
             raise ValueError("not a casu-build record")
-        return record
+        if not isinstance(record.get("identity"), dict) or not all(
+            isinstance(m, dict) and isinstance(m.get("sha256"), str) for m in record["files"].values()
+        ):
+            raise ValueError("its identity or file list is malformed")
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise MixedFolderError(f"{p}: unreadable build record ({err}); rebuild the folder") from None
+    lie = _identity_lie(record)
+    if lie:
+        raise MixedFolderError(
+            f"{p}: the record does not check out: {lie}; it was edited: rebuild the folder"
+        )
+    return record
+
+
+def _identity_lie(record: dict) -> str | None:
+    """What in the record's identity disagrees with the rest of the record (None: it checks out):
+    each config hash is recomputed from the listed files' hashes (which readers check against the
+    bytes they read), and the identity hash from its body, so a rewritten identity is refused."""
+    ident = record["identity"]
+    configs = ident.get("configs")
+    if not isinstance(configs, dict):
+        return "identity.configs is missing"
+    shas = {rel: m["sha256"] for rel, m in record["files"].items()}
+    again = config_hashes(shas, configs)
+    for c in sorted(configs):
+        if configs[c] != again[c]:
+            return f"identity.configs.{c} is not the hash of the {c} files it lists"
+    if ident.get("sha256") != identity({"sha256": ident.get("lock_sha256")}, configs)["sha256"]:
+        return "identity.sha256 is not the hash of the identity's own content"
+    return None
 
 
 def verify(root: Path, read_hashes: dict[str, str] | None = None, full: bool = False) -> dict | None:

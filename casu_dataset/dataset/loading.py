@@ -63,9 +63,13 @@ def data_files(folder: str | Path, task: str = ALL_CONFIG, split: str = "test") 
     """`{split: [absolute parquet paths]}` of one task (or `all`) of a built local folder, for
     `datasets.load_dataset("parquet", data_files=...)`: works from any working directory, and the
     datasets cache is keyed by these files, so a rebuilt folder (or another folder of the same
-    name) is never served stale, as `load_dataset(folder)` is (its cache is keyed by the name)."""
+    name) is never served stale, as `load_dataset(folder)` is (its cache is keyed by the name).
+    A LoadError names a folder whose build record does not check out."""
     config = _config_of(task) if task != SCENES_CONFIG else task
     ds = BuiltDataset(Path(folder).expanduser().resolve())
+    # The build record is checked here (no stray or missing file, every size as written, the
+    # identity consistent); `datasets` then reads the parquet bytes itself, unhashed.
+    ds.verify()
     return {split: [str(p) for p in ds.files(config, split)]}
 
 
@@ -80,7 +84,12 @@ def waveform(row_or_audio: dict) -> tuple[np.ndarray, int]:
     blob = audio.get("bytes") if isinstance(audio, dict) else None
     if not blob:
         raise LoadError("waveform: expected a CASU row or its audio value {bytes, path} with FLAC bytes")
-    x, sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=False)
+    try:
+        x, sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=False)
+    except (RuntimeError, ValueError) as err:  # soundfile's LibsndfileError is a RuntimeError
+        name = audio.get("path") if isinstance(audio, dict) else None
+        shown = name or "(no path)"
+        raise LoadError(f"waveform: the audio {shown} is not decodable FLAC ({err})") from None
     return x, int(sr)
 
 
@@ -96,11 +105,11 @@ def decode_audio(batch: dict) -> dict:
     decoded = []
     for audio in [values] if one else values:
         name = (audio or {}).get("path") if isinstance(audio, dict) else None
+        if not (isinstance(audio, dict) and audio.get("bytes")):
+            raise LoadError(f"decode_audio: row audio {name or audio!r} has no FLAC bytes")
         try:
             x, sr = waveform(audio)
-        except LoadError:
-            raise LoadError(f"decode_audio: row audio {name or audio!r} has no FLAC bytes") from None
-        except (RuntimeError, ValueError) as err:  # soundfile's LibsndfileError is a RuntimeError
+        except LoadError as err:
             raise LoadError(f"decode_audio: row audio {name!r} is not decodable: {err}") from None
         decoded.append({"array": x, "sampling_rate": sr, "path": name})
     return {**batch, "audio": decoded[0] if one else decoded}

@@ -245,6 +245,7 @@ class Table:
         )
         meta = self.arrow.drop_columns([c for c in ("audio",) if c in self.arrow.column_names]).to_pylist()
         mcq = "options" in self.arrow.column_names
+        tasks = set(mcq_configs())
         out = []
         for i, r in enumerate(meta):
             at = f"{where} row {i} ({r['id']})"
@@ -266,6 +267,20 @@ class Table:
                     raise LoadError(
                         f"{at}: answer {r['answer']!r} is not one of the letters of its {len(opts)} option(s)"
                     )
+                texts = [o.strip().casefold() for o in opts]
+                if len(set(texts)) != len(texts):  # two letters, one answer: the key is ambiguous
+                    raise LoadError(f"{at}: field 'options' has the same text twice: {opts!r}")
+                if r.get("task") not in (None, "") and self.config in tasks and r["task"] != self.config:
+                    raise LoadError(
+                        f"{at}: field 'task' is {r['task']!r} in config {self.config!r}: the card's "
+                        "config paths point at another task's files"
+                    )
+            fam, var = r.get("family_id"), r.get("variant")
+            if ("family_id" in r or "variant" in r) and (fam is None) != (var is None):
+                raise LoadError(
+                    f"{at}: field 'family_id' is {fam!r} but 'variant' is {var!r}: "
+                    "a row of a contrast family has both, a row outside one neither"
+                )
             # the text and list columns by name (their types are the Row fields' types)
             columns: dict[str, Any] = {k: r.get(k) or "" for k in _TEXT}
             columns.update({k: list(r.get(k) or []) for k in _LISTS})

@@ -259,6 +259,43 @@ def check_built(folder: str | Path) -> tuple[list[Violation], dict]:
     return out, stats
 
 
+def check_coverage(folder: str | Path, scenes: list) -> list[Violation]:
+    """Every variant of the library in the built dataset and nothing else: a family the build
+    skipped (its reason from build_report.json when recorded), or a scene the library does not
+    have, is a violation naming it."""
+    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+
+    try:
+        built = set(BuiltDataset(folder).table(SCENES_CONFIG).arrow.column("scene_id").to_pylist())
+    except (LoadError, KeyError) as err:
+        return [_v("-", str(folder), f"cannot read its scene ids ({err})")]
+    reasons = {}
+    report = Path(folder) / "build_report.json"
+    if report.is_file():
+        try:
+            reasons = {s["scene_id"]: s["reason"] for s in json.loads(report.read_text()).get("skipped", [])}
+        except (ValueError, KeyError, TypeError):
+            reasons = {}
+    out = []
+    for fam, variants in sorted(families_of(scenes).items()):
+        gone = [v.script.id for v in variants if v.script.id not in built]
+        if gone:
+            why = next((reasons[g] for g in gone if g in reasons), None)
+            out.append(
+                _v(
+                    fam,
+                    "dataset",
+                    f"{len(gone)} of {len(variants)} variants not in {folder} ({', '.join(gone)})"
+                    + (f": skipped at build: {why}" if why else ""),
+                )
+            )
+    known = {s.script.id for s in scenes}
+    extra = sorted(built - known)
+    if extra:
+        out.append(_v("-", "dataset", f"{len(extra)} scenes not in the library: {', '.join(extra[:5])}"))
+    return out
+
+
 def counts(scenes: list) -> dict:
     fams = families_of(scenes)
     first = [v[0] for v in fams.values()]

@@ -551,6 +551,65 @@ def _check_sources(ann: dict, where: str) -> None:
         raise AnnotationError(f"{where}: gains: expected an object")
 
 
+# What an annotation may ask regenerate to render: a scene of at most this long (a hand-edited
+# num_samples of 1e12 would allocate terabytes), at a rate a WAV and the mixer can hold.
+MAX_REGEN_SECONDS = 600.0
+SAMPLE_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
+
+
+def _check_plan(ann: dict, cfg: MixConfig, where: str) -> None:
+    """The numbers regenerate renders from: whole, in range, finite (AnnotationError naming the
+    field), so an edited annotation cannot write an unreadable WAV or ask for unbounded memory."""
+
+    def whole(name: str, v, lo: int, hi: int) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise AnnotationError(f"{where}: {name}: {v!r} is not a whole number in [{lo}, {hi}]")
+        return v
+
+    def finite(name: str, v, positive: bool = False) -> None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not ok or (positive and v <= 0):
+            raise AnnotationError(
+                f"{where}: {name}: {v!r} is not a finite{' positive' if positive else ''} number"
+            )
+
+    if cfg.sample_rate not in SAMPLE_RATES or ann.get("sample_rate") != cfg.sample_rate:
+        raise AnnotationError(
+            f"{where}: sample_rate: {ann.get('sample_rate')!r} (mix_config {cfg.sample_rate!r}); "
+            f"expected one of {', '.join(map(str, SAMPLE_RATES))}, the same in both"
+        )
+    plan, gains = ann["plan"], ann["gains"]
+    n = whole("plan.num_samples", plan.get("num_samples"), 1, int(MAX_REGEN_SECONDS * cfg.sample_rate))
+    bg = plan.get("background")
+    if not isinstance(bg, dict):
+        raise AnnotationError(f"{where}: plan.background: expected an object")
+    whole("plan.background.offset_samples", bg.get("offset_samples"), 0, 2**40)
+    for key in ("turns", "events"):
+        items = plan.get(key)
+        if not isinstance(items, list) or len(items) != len(ann[key]):
+            raise AnnotationError(f"{where}: plan.{key}: expected one entry per {key[:-1]} ({len(ann[key])})")
+        for i, e in enumerate(items):
+            if not isinstance(e, dict):
+                raise AnnotationError(f"{where}: plan.{key}[{i}]: expected an object")
+            whole(f"plan.{key}[{i}].onset_samples", e.get("onset_samples"), 0, n)
+            if key == "events":
+                whole(f"plan.{key}[{i}].length_samples", e.get("length_samples"), 0, n)
+    for layer in ("background", "speech", "events"):
+        g = gains.get(layer)
+        if not isinstance(g, dict):
+            raise AnnotationError(f"{where}: gains.{layer}: expected an object")
+        finite(f"gains.{layer}.stem", g.get("stem"))
+        if layer != "background":
+            src = g.get("sources")
+            want = len(ann["turns" if layer == "speech" else "events"])
+            if not isinstance(src, list) or (src and len(src) != want):
+                raise AnnotationError(f"{where}: gains.{layer}.sources: expected {want} gains")
+            for i, v in enumerate(src):
+                finite(f"gains.{layer}.sources[{i}]", v)
+    if gains.get("clip_gain_forced") or "clip_gain" in gains:
+        finite("gains.clip_gain", gains.get("clip_gain"), positive=True)
+
+
 def regenerate(
     annotation: dict | str | Path, search_dirs: Sequence[str | Path] = (), cache: ClipCache | None = None
 ) -> MixResult:
@@ -574,6 +633,7 @@ def regenerate(
         cfg = MixConfig.model_validate(ann.get("mix_config"))
     except ValueError as err:  # pydantic's ValidationError names the bad field
         raise AnnotationError(f"{where}: mix_config: {err}") from None
+    _check_plan(ann, cfg, where)
     cache = cache or ClipCache(cfg.sample_rate)
     dirs = [Path(d) for d in search_dirs]
 
