@@ -27,6 +27,10 @@ from model_adapters.base import (
 log = logging.getLogger("harness")
 
 
+# lm-eval's default is 100,000; ten times that still fits in memory for every CASU task.
+MAX_BOOTSTRAP_ITERS = 1_000_000
+
+
 class UsageError(CasuError, ValueError):
     """A bad argument or path; the message names the flag (the CLI's exit code 2)."""
 
@@ -373,9 +377,15 @@ def simple_evaluate(
             f"{given.model_args}; give a name and model_args instead, or leave them out"
         )
     if bootstrap_iters is not None and (
-        not isinstance(bootstrap_iters, int) or isinstance(bootstrap_iters, bool) or bootstrap_iters < 0
+        not isinstance(bootstrap_iters, int)
+        or isinstance(bootstrap_iters, bool)
+        or not 0 <= bootstrap_iters <= MAX_BOOTSTRAP_ITERS
     ):
-        raise UsageError(f"bootstrap_iters={bootstrap_iters!r}: an integer >= 0 (0: no intervals)")
+        raise UsageError(
+            f"bootstrap_iters={bootstrap_iters!r}: an integer in 0..{MAX_BOOTSTRAP_ITERS:,} (0: no "
+            "intervals; each interval draws this many resamples of every task's samples, so 1e9 would "
+            "need tens of GB)"
+        )
     if use_cache is not None:
         if cache is not None and cache != use_cache:
             raise UsageError(

@@ -584,3 +584,19 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused_and_nothing_
         assert rc == 2 and want in err and "write somewhere else" in err, (argv, err)
         assert sorted(p.name for p in lib.iterdir()) == ["families.yaml"]  # the library is untouched
         assert (lib / "families.yaml").read_text() == fixture.read_text()
+
+
+def test_an_embedding_model_that_cannot_load_is_named_as_the_flag(tmp_path):
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+
+    fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+    missing = tmp_path / "no_model"
+    for argv in (
+        ["build", "--out", str(tmp_path / "o"), "--scenarios", str(fixture), "--no-lock"],
+        ["retrieval-eval"],
+    ):
+        rc, _, err = call_main(main, [*argv, "--embedding-model", str(missing)])
+        assert rc == 2 and f"--embedding-model '{missing}': cannot load it" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

@@ -537,6 +537,7 @@ def test_simple_evaluate_takes_a_loaded_adapter_and_lm_evals_keywords(ds, tmp_pa
         ({"random_seed": 1, "seed": 2}, "give one"),
         ({"numpy_random_seed": 1234}, "numpy_random_seed=1234"),
         ({"bootstrap_iters": -1}, "bootstrap_iters=-1"),
+        ({"bootstrap_iters": 10**9}, r"bootstrap_iters=1000000000: an integer in 0\.\.1,000,000"),
         ({"verbosity": "LOUD"}, "--verbosity 'LOUD'"),
     ):
         with pytest.raises(UsageError, match=why):

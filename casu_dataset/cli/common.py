@@ -168,3 +168,9 @@ def long_flag(f: Field) -> str:
     """A library field named in an error as the flag of the same name (`out` -> --out), for the
     commands whose flags are their arguments' names."""
     return f"--{f.name}" if f.value is None else f"--{f.name} {f.value}"
+
+
+def dashed_flag(f: Field) -> str:
+    """As long_flag, for the commands whose flags use dashes (`embedding_model` -> --embedding-model)."""
+    name = f.name.replace("_", "-")
+    return f"--{name}" if f.value is None else f"--{name} {f.value}"

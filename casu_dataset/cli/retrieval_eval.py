@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from casu_dataset.cli.common import float_in
+from casu_dataset.cli.common import dashed_flag, float_in
 
 
 def _alphas(text: str) -> list[float]:
@@ -17,7 +17,7 @@ def add(sub) -> None:
     )
     p.add_argument("--cache", default=None)
     p.add_argument("--embedding-model", default=None)
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=run, flag=dashed_flag)
 
 
 def run(args) -> int:

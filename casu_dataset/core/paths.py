@@ -21,13 +21,19 @@ def collision(
     "contains" / "lies inside", input key, input path), or None; keys are flags or field names.
     Empty values are skipped."""
     for out_key, out in outputs.items():
-        if not out:
+        try:
+            o = _real(out) if out else None
+        except (OSError, RuntimeError):  # a symlink loop: the output check names it
+            o = None
+        if o is None:
             continue
-        o = _real(out)
         for in_key, inp in inputs.items():
-            if not inp:
+            try:
+                i = _real(inp) if inp else None
+            except (OSError, RuntimeError):
+                i = None
+            if i is None:
                 continue
-            i = _real(inp)
             if o == i:
                 rel = "is"
             elif i.is_relative_to(o):

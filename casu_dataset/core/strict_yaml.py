@@ -9,11 +9,14 @@ from pathlib import Path
 
 import yaml
 
+from casu_dataset.core.errors import CasuError
+
 SUFFIXES = (".yaml", ".yml")
 
 
-class DuplicateKeyError(yaml.constructor.ConstructorError):
-    """A mapping names one key twice; a yaml.YAMLError, so every reader's YAML error path names it."""
+class DuplicateKeyError(CasuError, yaml.constructor.ConstructorError):
+    """A mapping names one key twice; a yaml.YAMLError too, so every reader's YAML error path names
+    it with its file."""
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from casu_dataset.core import atomic, cache_layout
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import CasuError, Field, FieldError
 from casu_dataset.sounds.catalog import Catalog, CatalogClip
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,11 @@ DEFAULT_TIE_MARGIN = 0.02
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 QUANT_BITS = 11
 EMBED_VERSION = 3  # bump when what `Embedder.encode` returns changes (it keys the embedding cache)
+
+
+class EmbeddingModelError(FieldError, RuntimeError):
+    """The embedding model cannot be loaded; the message names the embedding_model field (the
+    commands show it as --embedding-model)."""
 
 
 class RetrievalError(CasuError, LookupError):
@@ -89,9 +94,10 @@ class Embedder:
             # float64 the differences (~1e-16) stay far from any grid boundary.
             return SentenceTransformer(path, device=self.device).double()
         except Exception as err:  # not found offline, wrong name, corrupt folder
-            raise RuntimeError(
-                f"retrieval: cannot load sentence-transformers model {self.model_name!r} "
-                f"({type(err).__name__}: {err})"
+            raise EmbeddingModelError(
+                Field("embedding_model"),
+                f" {self.model_name!r}: cannot load it as a sentence-transformers model "
+                f"({type(err).__name__}: {err}); give a model folder, or leave it out for MiniLM",
             ) from None
 
     @functools.cached_property

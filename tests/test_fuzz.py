@@ -1,0 +1,226 @@
+"""Property-based tests: the readers of user input (family YAML, task YAML, scene annotations given
+to regenerate, built parquet files) either accept an input or refuse it with a named CasuError;
+any other exception is a failure to name bad input. Examples are derandomized (the same in every
+run) and bounded, so CI stays reproducible and within its time budget."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from casu_dataset.core.errors import CasuError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"
+FUZZ = settings(
+    max_examples=60,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+# Values a hand edit or a damaged file puts where something else was expected.
+ODD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**13), max_value=10**13),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.just([]),
+    st.just({}),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
+
+
+def _paths(tree, prefix=()):
+    """Every (path) into a JSON-like tree: dict keys and list indices."""
+    out = [prefix] if prefix else []
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _mutate(tree, path, value, delete: bool):
+    tree = json.loads(json.dumps(tree))
+    node = tree
+    for k in path[:-1]:
+        node = node[k]
+    if delete and isinstance(node, dict):
+        node.pop(path[-1])
+    else:
+        node[path[-1]] = value
+    return tree
+
+
+def _named_or_fine(fn):
+    try:
+        fn()
+    except CasuError:
+        pass
+
+
+# -- family YAML ---------------------------------------------------------------------------------
+
+FAMILIES = yaml.safe_load(FIXTURE.read_text())
+FAMILY_PATHS = _paths(FAMILIES)
+
+
+@FUZZ
+@given(path=st.sampled_from(FAMILY_PATHS), value=ODD, delete=st.booleans())
+def test_a_mutated_family_file_compiles_or_is_named(tmp_path_factory, path, value, delete):
+    from casu_dataset.families.compile import compile_families
+
+    f = tmp_path_factory.mktemp("fam") / "families.yaml"
+    f.write_text(yaml.safe_dump(_mutate(FAMILIES, path, value, delete), allow_unicode=True))
+    _named_or_fine(lambda: compile_families(f))
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_any_text_as_a_family_file_compiles_or_is_named(tmp_path_factory, text):
+    from casu_dataset.families.compile import compile_families
+
+    f = tmp_path_factory.mktemp("famtext") / "families.yaml"
+    f.write_text(text)
+    _named_or_fine(lambda: compile_families(f))
+
+
+# -- task YAML -----------------------------------------------------------------------------------
+
+
+def _task():
+    from harness.task_config import builtin_tasks_dir
+
+    return yaml.safe_load((builtin_tasks_dir() / "role_inference.yaml").read_text())
+
+
+TASK = _task()
+
+
+@FUZZ
+@given(path=st.sampled_from(_paths(TASK)), value=ODD, delete=st.booleans())
+def test_a_mutated_task_yaml_loads_or_is_named(tmp_path_factory, path, value, delete):
+    from harness.task_config import load_task
+
+    f = tmp_path_factory.mktemp("task") / "role_inference.yaml"
+    f.write_text(yaml.safe_dump(_mutate(TASK, path, value, delete), allow_unicode=True))
+    _named_or_fine(lambda: load_task(f))
+
+
+# -- annotations given to regenerate -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def annotation(clips_dir, speech_wavs):
+    from casu_dataset.mix.mixer import SceneSources, SourceRef, compose
+    from casu_dataset.script.schema import parse_script
+
+    script = parse_script(
+        {
+            "id": "fuzz",
+            "place": "school",
+            "speech_type": "monologue",
+            "background": {"description": "a playground", "keywords": ["playground"]},
+            "speakers": [{"id": "A", "role": "teacher", "gender": "female"}],
+            "turns": [{"speaker": "A", "text": "Line up, please."}],
+            "events": [
+                {
+                    "id": "e0",
+                    "description": "a bell",
+                    "keywords": ["bell"],
+                    "anchor": {"type": "after_turn", "turn": 0},
+                }
+            ],
+        }
+    )
+    src = SceneSources(
+        SourceRef(str(clips_dir / "ba__school_playground__School1.ogg"), "bed"),
+        [SourceRef(str(speech_wavs[0]), "turn")],
+        [SourceRef(str(clips_dir / "ev__electric_bell_ring__savebell2.ogg"), "bell")],
+    )
+    return compose(script, src, seed=0).annotation
+
+
+def test_a_mutated_annotation_regenerates_or_is_named(annotation):
+    from casu_dataset.mix.mixer import regenerate
+
+    # Mutations of the fields regenerate reads (the script and the records it only carries along
+    # are not rendered from).
+    paths = [
+        p
+        for p in _paths(annotation)
+        if p[0]
+        in (
+            "sample_rate",
+            "background",
+            "turns",
+            "events",
+            "plan",
+            "gains",
+            "mix_config",
+            "format",
+            "version",
+        )
+    ]
+
+    @settings(FUZZ, max_examples=120, suppress_health_check=list(HealthCheck))
+    @given(path=st.sampled_from(paths), value=ODD, delete=st.booleans())
+    def check(path, value, delete):
+        ann = _mutate(annotation, path, value, delete)
+        _named_or_fine(lambda: regenerate(ann))
+
+    check()
+
+
+# -- built parquet files: bit flips and truncations ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_folder(tmp_path_factory):
+    from test_harness_integrity import tiny_dataset
+
+    return tiny_dataset(tmp_path_factory.mktemp("pq") / "ds", 6, "fz")
+
+
+def test_a_damaged_parquet_file_reads_or_is_named(small_folder, tmp_path_factory):
+    from casu_dataset.dataset.reader import BuiltDataset
+
+    f = next((small_folder / "role_inference").glob("*.parquet"))
+    blob = f.read_bytes()
+
+    @settings(FUZZ, max_examples=80, suppress_health_check=list(HealthCheck))
+    @given(
+        flips=st.lists(st.tuples(st.integers(0, len(blob) - 1), st.integers(0, 7)), min_size=1, max_size=4),
+        cut=st.one_of(st.none(), st.integers(0, len(blob) - 1)),
+    )
+    def check(flips, cut):
+        b = bytearray(blob)
+        for i, bit in flips:
+            b[i] ^= 1 << bit
+        if cut is not None:
+            b = b[:cut]
+        d = tmp_path_factory.mktemp("dmg")
+        shutil.copytree(small_folder, d, dirs_exist_ok=True)
+        (d / "role_inference" / f.name).write_bytes(bytes(b))
+
+        def read():
+            for r in BuiltDataset(d).rows("role_inference"):
+                x = r.waveform
+                assert x.ndim == 1 and all(math.isfinite(v) for v in x[:10])
+
+        _named_or_fine(read)
+
+    check()
