@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench_data import FIXTURE, build
+from bench_data import FIXTURE, build, keep_built_mini
 
 
 def run(quick: bool = False) -> dict:
@@ -26,6 +26,8 @@ def run(quick: bool = False) -> dict:
             for p in (d / "b").rglob("*.parquet")
         )
         rep = json.loads((d / "a" / "build_report.json").read_text())
+        if not quick:
+            keep_built_mini(d / "a")  # the evaluation benches run on it
         return {
             "library": "tests/fixtures/families/two_families.yaml" if quick else "the shipped CASU-mini",
             "scenes_built": len(rep["built"]),

@@ -49,11 +49,25 @@ def small_dataset() -> Path:
     return out
 
 
+# The shipped library as the casu_mini_build bench built it in this run (full sizes), kept for the
+# evaluation benches when there is no ./casu_mini.
+BUILT_MINI: list[Path] = []
+
+
+def keep_built_mini(folder: Path) -> None:
+    dest = _scratch() / "casu_mini"
+    shutil.move(str(folder), dest)
+    BUILT_MINI[:] = [dest]
+
+
 def dataset(quick: bool) -> tuple[Path, str]:
-    """(folder, what it is): ./casu_mini when built (full sizes), else the two-family library."""
+    """(folder, what it is): at full sizes ./casu_mini, else the one casu_mini_build made in this
+    run; in quick mode (or with neither) the two-family test library."""
     from casu_dataset.contract import mcq_configs
 
     mini = ROOT / "casu_mini"
     if not quick and (mini / mcq_configs()[0]).is_dir():
         return mini, "./casu_mini"
-    return small_dataset(), "the two-family test library (run `make demo` for ./casu_mini)"
+    if not quick and BUILT_MINI:
+        return BUILT_MINI[0], "CASU-mini as built by casu_mini_build in this run"
+    return small_dataset(), "the two-family test library"

@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, fixture_builder
 
 from casu_dataset.core.audio_io import load_audio, wav_bytes
+from casu_dataset.core.errors import CasuError
 from casu_dataset.dataset import build_manifest
 from casu_dataset.dataset.lock import lock_path, read_lock
 from casu_dataset.families.compile import compile_families
@@ -153,6 +154,12 @@ def test_drift_is_conformed_reported_and_bounded(locked, tmp_path, session_cache
     assert all(
         r["max_diff_db"] is not None and r["max_diff_db"] < 0 and abs(r["lufs_diff"]) < 0.5 for r in diff
     )
+    # A compared folder that is not the build its record describes is named, file and scene.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tmp_path / "out", mixed)
+    (mixed / "scenes" / "stray.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(CasuError, match=r"stray.parquet: not part of build"):
+        compare_folders(ref, mixed)
     # Far beyond the bound: not the same speech; the scene fails with the numbers (and so the
     # CLI build, whose default is --max-skips 0).
     entry["turns"][0]["samples"] -= 5000

@@ -284,3 +284,19 @@ def test_anti_clipping_gain_holds_every_stem_under_the_limit(sources):
     loud = compose(script(), sources, seed=0, cfg=cfg)
     for name, v in loud.stems.items():
         assert peak_abs(v) <= cfg.peak_limit + 1e-6, name
+
+
+def test_a_wav_whose_header_claims_more_than_the_file_holds_is_named(tmp_path):
+    import struct
+
+    from casu_dataset.core.audio_io import wav_bytes
+
+    b = bytearray(wav_bytes(np.full(SR, 0.1, dtype=np.float32), SR))
+    i = b.index(b"data")
+    b[i + 4 : i + 8] = struct.pack("<I", SR * 4 * 3600 * 10)  # 10 h claimed over 1 s of samples
+    bad = tmp_path / "ten_hours.wav"
+    bad.write_bytes(bytes(b))
+    with pytest.raises(AudioError, match=r"ten_hours.wav: the WAV header claims 2,304,000,000 bytes"):
+        load_audio(bad)
+    with pytest.raises(AudioError, match="ten_hours.wav"):
+        ClipCache(SR).get(str(bad))

@@ -50,11 +50,40 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: audio file not found")
+    _check_wav_length(path)
     try:
         data, file_sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError) as err:
         raise AudioError(f"{path}: unreadable or corrupt audio ({err})") from None
     return check_audio(to_mono(check_audio(data, str(path))), str(path)), int(file_sr)
+
+
+def _check_wav_length(path: Path) -> None:
+    """A WAV whose `data` chunk claims more bytes than the file holds is cut short or has a damaged
+    header: libsndfile would quietly read what is there, so a clip the catalog says lasts 10 h
+    would be 1 s. Streaming writers' placeholders (0, 0xFFFFFFFF) are left to libsndfile."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return
+            size = path.stat().st_size
+            while True:
+                chunk = f.read(8)
+                if len(chunk) < 8:
+                    return
+                cid, n = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+                if cid == b"data":
+                    held = size - f.tell()
+                    if n not in (0, 0xFFFFFFFF) and n > held:
+                        raise AudioError(
+                            f"{path}: the WAV header claims {n:,} bytes of audio but the file holds "
+                            f"{held:,}: cut short or a damaged header"
+                        )
+                    return
+                f.seek(n + (n & 1), 1)  # chunks are padded to an even size
+    except OSError as err:
+        raise AudioError(f"{path}: unreadable ({err.strerror or err})") from None
 
 
 def load_audio(path: str | Path, sr: int = SAMPLE_RATE) -> np.ndarray:

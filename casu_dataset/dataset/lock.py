@@ -422,12 +422,21 @@ def compare_folders(a: Path, b: Path) -> list[dict]:
     from casu_dataset.core.loudness import gated_lufs, kweight
 
     def stems(root: Path) -> dict[str, dict[str, bytes]]:
+        from casu_dataset.dataset.reader import BuiltDataset
+
+        BuiltDataset(root).verify()  # a folder mixing builds, or an edited record: LoadError naming the file
         out = {}
         for f in sorted((Path(root) / "scenes").glob("*.parquet")):
-            for r in pq.read_table(
-                str(f), columns=["scene_id", *("audio" if k == "mixture" else k for k in STEMS)]
-            ).to_pylist():
-                out[r["scene_id"]] = {k: r["audio" if k == "mixture" else k]["bytes"] for k in STEMS}
+            try:
+                rows = pq.read_table(
+                    str(f), columns=["scene_id", *("audio" if k == "mixture" else k for k in STEMS)]
+                ).to_pylist()
+            except (OSError, ValueError, KeyError) as err:  # pyarrow's errors are OSError/ValueError
+                raise LockError(f"{f}: not a readable scenes file ({err})") from None
+            for r in rows:
+                out[r["scene_id"]] = {
+                    k: (r["audio" if k == "mixture" else k] or {}).get("bytes") for k in STEMS
+                }
         return out
 
     ra, rb = stems(a), stems(b)
@@ -439,7 +448,8 @@ def compare_folders(a: Path, b: Path) -> list[dict]:
             if ra[sid][k] == rb[sid][k]:
                 rows.append({"scene_id": sid, "stem": k, "equal": True})
                 continue
-            xa, xb = decode_bytes(ra[sid][k]), decode_bytes(rb[sid][k])
+            xa = decode_bytes(ra[sid][k] or b"", f"{a}: scene {sid} {k}")
+            xb = decode_bytes(rb[sid][k] or b"", f"{b}: scene {sid} {k}")
             if xa.shape != xb.shape:
                 rows.append(
                     {
