@@ -82,10 +82,11 @@ def _non_finite(value, where: str) -> str | None:
     """The path of the first NaN or infinite number in a results tree (None: every one finite)."""
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{where} = {value}"
+    items: list[tuple[object, object]]
     if isinstance(value, dict):
-        items = value.items()
+        items = list(value.items())
     elif isinstance(value, list):
-        items = ((str(i), v) for i, v in enumerate(value))
+        items = [(str(i), v) for i, v in enumerate(value)]
     else:
         return None
     for k, v in items:

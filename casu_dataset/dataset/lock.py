@@ -421,7 +421,7 @@ def compare_folders(a: Path, b: Path) -> list[dict]:
     from casu_dataset.core.audio_io import decode_bytes
     from casu_dataset.core.loudness import gated_lufs, kweight
 
-    def stems(root: Path) -> dict[str, dict[str, bytes]]:
+    def stems(root: Path) -> dict[str, dict[str, bytes | None]]:
         from casu_dataset.dataset.reader import BuiltDataset
 
         BuiltDataset(root).verify()  # a folder mixing builds, or an edited record: LoadError naming the file
