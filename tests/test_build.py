@@ -600,3 +600,16 @@ def test_an_embedding_model_that_cannot_load_is_named_as_the_flag(tmp_path):
         rc, _, err = call_main(main, [*argv, "--embedding-model", str(missing)])
         assert rc == 2 and f"--embedding-model '{missing}': cannot load it" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_out_name_too_long_for_the_files_beside_it_is_refused_before_work(tmp_path):
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+
+    fixture = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+    out = tmp_path / ("x" * 250)
+    t = time.perf_counter()
+    rc, _, err = call_main(main, ["build", "--out", str(out), "--scenarios", str(fixture)])
+    assert rc == 2 and "the folder name is 250 bytes" in err and "give a shorter name" in err, err
+    assert time.perf_counter() - t < 10 and not out.exists()

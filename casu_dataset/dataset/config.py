@@ -26,6 +26,15 @@ class ConfigError(FieldError, ValueError):
     field (`str()`), or the CLI's flag (`render`)."""
 
 
+def _out_name_room() -> int:
+    """The most bytes a build adds to the output folder's name beside it: its staging folder of
+    the old build (`.NAME.old.tmp-HOST-PID`) or the review log (`NAME.decisions.jsonl`)."""
+    from casu_dataset.core import atomic
+
+    staged = len(atomic.tmp_path(Path("x.old")).name.encode()) - 1 + 3  # a pid may grow by 3 digits
+    return max(staged, len(".decisions.jsonl"))
+
+
 def out_problem(path: str | Path) -> str | None:
     """Why an output folder cannot be written (None when it can): under a regular file, on a
     read-only or virtual filesystem (/proc), a symlink loop. Checked by making the folder and a
@@ -39,6 +48,18 @@ def out_problem(path: str | Path) -> str | None:
         return f"cannot resolve the path ({err})"
     if p.exists() and not p.is_dir():
         return "is a file, not a folder"
+    # Files beside the folder are named after it (review decisions, staging and temp folders):
+    # the name must leave room for their suffixes, or the build fails after all its work.
+    try:
+        name_max = os.pathconf(next((a for a in [p, *p.parents] if a.exists()), Path("/")), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    room = _out_name_room()
+    if len(p.name.encode()) + room > name_max:
+        return (
+            f"the folder name is {len(p.name.encode())} bytes; files beside it add up to {room} to it, "
+            f"over this file system's limit of {name_max}: give a shorter name"
+        )
     made = []
     try:
         for a in [*reversed(p.parents), p]:
