@@ -21,7 +21,8 @@ from test_harness_integrity import tiny_dataset
 N = 32
 
 
-def run(ds: Path, out: Path, url: str, concurrency: int, *extra, retries: int = 6) -> tuple[int, str, float]:
+def run_model_args(ds: Path, out: Path, model_args: str, *extra) -> tuple[int, str, float]:
+    """(exit status, console text, seconds) of an openai-audio run with these --model_args."""
     from harness.__main__ import main
 
     buf = io.StringIO()
@@ -32,7 +33,7 @@ def run(ds: Path, out: Path, url: str, concurrency: int, *extra, retries: int = 
                 "--model",
                 "openai-audio",
                 "--model_args",
-                f"model=m,base_url={url},concurrency={concurrency},max_retries={retries},backoff=0.05",
+                model_args,
                 "--tasks",
                 "role_inference",
                 "--dataset",
@@ -45,6 +46,11 @@ def run(ds: Path, out: Path, url: str, concurrency: int, *extra, retries: int = 
             ]
         )
     return rc, buf.getvalue(), time.perf_counter() - t
+
+
+def run(ds: Path, out: Path, url: str, concurrency: int, *extra, retries: int = 6) -> tuple[int, str, float]:
+    args = f"model=m,base_url={url},concurrency={concurrency},max_retries={retries},backoff=0.05"
+    return run_model_args(ds, out, args, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +207,6 @@ def test_a_key_the_server_echoes_reaches_no_written_file(ds, tmp_path, monkeypat
 
 
 def test_credentials_in_base_url_or_a_key_as_api_key_env_are_refused_without_echo(ds, tmp_path):
-    from harness.__main__ import main
-
     secret = "Q7rT2mXw9LpV4nZkAbCdEf12"
     for args, want in (
         (
@@ -212,25 +216,7 @@ def test_credentials_in_base_url_or_a_key_as_api_key_env_are_refused_without_ech
         (f"model=m,api_key_env=sk-{secret}", "api_key_env: 27 characters that look like a key"),
         (f"model=m,api_key_env=hf_{secret}", "look like a key, not the NAME"),
     ):
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            rc = main(
-                [
-                    "--model",
-                    "openai-audio",
-                    "--model_args",
-                    args,
-                    "--tasks",
-                    "role_inference",
-                    "--dataset",
-                    str(ds),
-                    "--output_path",
-                    str(tmp_path / "res"),
-                    "--no_probe",
-                    "--quiet",
-                ]
-            )
-        text = buf.getvalue()
+        rc, text, _ = run_model_args(ds, tmp_path / "res", args)
         assert rc == 2 and want in text and secret[:8] not in text, text
         written = (
             [p for p in (tmp_path / "res").rglob("*") if p.is_file()] if (tmp_path / "res").exists() else []
