@@ -1,4 +1,4 @@
-"""The evaluation path: requests per second through `harness.evaluate` for the offline
+"""The evaluation path: requests per second through `harness.run.evaluate` for the offline
 baselines (random, blind: SmolLM2 on the question alone, cascade: Whisper tiny.en -> SmolLM2)
 and for a tiny random-weight Qwen2-Audio behind its real adapter (processor, chat template,
 batching, decoding) at batch sizes 1, 4 and 16, on CPU.
@@ -22,11 +22,12 @@ from bench_data import dataset
 
 
 def _evaluate(adapter, tasks, ds, batch_size: int, limit: int) -> dict:
-    from harness.data import CasuData
-    from harness.evaluate import EvalOptions, evaluate
+    from harness.config import EvalConfig
+    from harness.run.data import CasuData
+    from harness.run.evaluate import evaluate
 
     # No response cache: every request reaches the model, as in a first run.
-    opts = EvalOptions(progress=False, probe=False, batch_size=batch_size, limit=limit)
+    opts = EvalConfig(progress=False, probe=False, batch_size=batch_size, limit=limit)
     t = time.perf_counter()
     ev = evaluate(adapter, tasks, CasuData(ds), opts, None)
     wall = time.perf_counter() - t
@@ -73,7 +74,7 @@ def _differences(a: dict, b: dict) -> dict:
 def run(quick: bool = False) -> dict:
     import gpu_adapters
 
-    from harness.task_config import load_tasks
+    from harness.task.config import load_tasks
     from model_adapters.registry import make_adapter
 
     ds, what = dataset(quick)

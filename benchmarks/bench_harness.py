@@ -26,9 +26,10 @@ class Instant(Adapter):
 def run(quick: bool = False) -> dict:
     from casu_dataset.core.audio_io import decode_bytes
     from casu_dataset.core.llm.cache import ResponseCache
-    from harness.data import CasuData
-    from harness.evaluate import EvalOptions, evaluate
-    from harness.task_config import load_tasks
+    from harness.config import EvalConfig
+    from harness.run.data import CasuData
+    from harness.run.evaluate import evaluate
+    from harness.task.config import load_tasks
 
     ds, what = dataset(quick)
     tasks = [t for t in load_tasks().values() if t.output_type == "multiple_choice"]
@@ -52,7 +53,7 @@ def run(quick: bool = False) -> dict:
         cache = ResponseCache(Path(tmp) / "cache.sqlite")
         for label in ("cold", "warm"):  # warm: every response from the cache (a resumed run)
             ev = evaluate(
-                Instant(), tasks, CasuData(ds), EvalOptions(progress=False, probe=False, batch_size=8), cache
+                Instant(), tasks, CasuData(ds), EvalConfig(progress=False, probe=False, batch_size=8), cache
             )
             tm = ev["timing"]
             out[f"{label}_overhead_ms_per_request"] = tm["overhead_ms_per_unit"]

@@ -89,8 +89,8 @@ def _requests(n: int, seconds: float = 30.0):
     from casu_dataset.core.audio_io import load_audio
     from casu_dataset.legacy.library import compile_library
     from casu_dataset.sounds.bank import bank_dir
-    from harness.prompts import build_prompt
-    from harness.task_config import load_tasks
+    from harness.task.config import load_tasks
+    from harness.task.prompts import build_prompt
     from model_adapters.base import Request
 
     tmpl = load_tasks()[mcq_tasks()[0]].prompt_template

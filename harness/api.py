@@ -14,25 +14,12 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any, Callable
 
-from casu_dataset.core.errors import CasuError
-from model_adapters.base import (
-    Adapter,
-    AdapterError,
-    ModelArgsError,
-    check_model_args,
-    parse_model_args,
-)
+from harness.config import VERBOSITY, EvalConfig, UsageError, check_device
+from model_adapters.base import Adapter, AdapterError, ModelArgsError, parse_model_args
 
 log = logging.getLogger("harness")
-
-
-# lm-eval's default is 100,000; ten times that still fits in memory for every CASU task.
-MAX_BOOTSTRAP_ITERS = 1_000_000
-
-
-class UsageError(CasuError, ValueError):
-    """A bad argument or path; the message names the flag (the CLI's exit code 2)."""
 
 
 class Results(dict):
@@ -57,7 +44,7 @@ class Results(dict):
         pushed: dict | None = None,
         log_samples: bool = False,
     ):
-        from harness.lmeval_view import sample_lines, view
+        from harness.output.lmeval import sample_lines, view
 
         super().__init__(view(document))
         self.document = document
@@ -94,7 +81,7 @@ class Results(dict):
         return {k: v for k, v in self.items() if k != "samples"}
 
     def table(self) -> str:
-        from harness.results import table1
+        from harness.output.results import table1
 
         return table1(self.document)
 
@@ -103,7 +90,7 @@ def set_verbosity(level: str | None) -> None:
     """lm-eval's verbosity: DEBUG, INFO, WARNING or ERROR for the harness and the libraries it calls."""
     if level is None:
         return
-    if not isinstance(level, str) or level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    if not isinstance(level, str) or level.upper() not in VERBOSITY:
         raise UsageError(f"--verbosity {level!r}: one of DEBUG, INFO, WARNING, ERROR")
     level = level.upper()
     root = logging.getLogger()
@@ -175,7 +162,7 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
 
 
 def _tasks(tasks, include_path):
-    from harness.task_config import TaskConfig, load_tasks, select_tasks, with_builtins
+    from harness.task.config import TaskConfig, load_tasks, select_tasks, with_builtins
 
     if isinstance(tasks, (list, tuple)) and tasks and all(isinstance(t, TaskConfig) for t in tasks):
         return list(tasks)
@@ -183,17 +170,15 @@ def _tasks(tasks, include_path):
     return select_tasks(spec, load_tasks(with_builtins(include_path)))
 
 
-def _conditions(conditions):
-    from harness.conditions import Condition, parse_conditions
+def _conditions(conditions: str):
+    from harness.run.conditions import parse_conditions
 
-    if isinstance(conditions, (list, tuple)) and all(isinstance(c, Condition) for c in conditions):
-        return list(conditions)
-    return parse_conditions(",".join(conditions) if isinstance(conditions, (list, tuple)) else conditions)
+    return parse_conditions(conditions)
 
 
 def _open_data(dataset: str, tasks, seed: int):
     from casu_dataset.dataset.reader import is_local
-    from harness.data import CasuData, DatasetError
+    from harness.run.data import CasuData, DatasetError
 
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
         raise UsageError(
@@ -265,70 +250,23 @@ def run_config(
     }
 
 
-def _seed(seed, random_seed, numpy_random_seed, torch_random_seed) -> int:
-    """CASU's one seed (numpy, torch, the bootstrap, the random baseline): `seed`, or lm-eval's
-    `random_seed`; lm-eval's numpy/torch seeds must agree with it (CASU does not seed them apart)."""
-    if random_seed is not None:
-        if seed not in (0, None) and seed != random_seed:
-            raise UsageError(
-                f"random_seed={random_seed!r} and seed={seed!r}: give one (they are the same seed)"
-            )
-        seed = random_seed
-    for name, v in (("numpy_random_seed", numpy_random_seed), ("torch_random_seed", torch_random_seed)):
-        if v is not None and v != seed:
-            raise UsageError(
-                f"{name}={v!r}: CASU seeds numpy and torch with its one seed ({seed!r}); give the same "
-                "value or leave it out"
-            )
-    return seed
-
-
 def simple_evaluate(
-    model,
+    model: Any = None,
     model_args: str | dict | None = None,
-    tasks="all",
-    dataset: str = "casu_mini",
-    conditions="full",
-    limit: int | float | None = None,
-    output_path: str | Path | None = None,
-    log_samples: bool = False,
-    include_path: list | None = None,
-    batch_size: int = 1,
-    seed: int = 0,
-    scene_hint: bool = False,
-    scoring: str = "auto",
-    circular: bool = False,
-    judge: str | None = None,
-    bert_model: str | None = None,
-    cache: str | None = None,
-    probe: bool = True,
-    device: str | None = None,
-    progress: bool = False,
-    on_cleaned=None,
-    gen_kwargs: str | dict | None = None,
-    hf_hub_log_args: str | dict | None = None,
-    system_instruction: str | None = None,
-    apply_chat_template: bool | str | None = None,
-    num_fewshot: int | None = None,
-    fewshot_as_multiturn: bool = False,
     *,
-    random_seed: int | None = None,
-    numpy_random_seed: int | None = None,
-    torch_random_seed: int | None = None,
-    fewshot_random_seed: int | None = None,
-    bootstrap_iters: int | None = None,
-    predict_only: bool = False,
-    use_cache: str | None = None,
-    write_out: bool = False,
-    evaluation_tracker=None,
-    verbosity: str | None = None,
-    robustness_dataset: str | None = None,
+    config: EvalConfig | None = None,
+    on_cleaned: Callable[[Path], None] | None = None,
+    evaluation_tracker: Any = None,
+    **keywords: Any,
 ) -> Results:
-    """Evaluate `model` (a registered name, `module:Class`, or an already built adapter: a notebook
-    loads a 7B model once and passes it to every call) on `tasks` ("all", a tag, a comma list, a
-    list of names or of TaskConfig) over a built `dataset` folder or Hub repo. Returns `Results`:
-    lm-eval's results dict (`res["results"][task]["acc,none"]`) with CASU's document beside it.
+    """Evaluate a model on CASU tasks: `simple_evaluate(config)` with an `EvalConfig`, or lm-eval's
+    `simple_evaluate(model, model_args, tasks=..., ...)` with its keywords (every field of
+    `EvalConfig`; given beside a config, they replace its values). Returns `Results`: lm-eval's
+    results dict (`res["results"][task]["acc,none"]`) with CASU's document beside it.
 
+    `model`: a registered name, `module:Class`, or an already built adapter (a notebook loads a 7B
+    model once and passes it to every call). `tasks`: "all", a tag, a comma list, a list of names
+    or of TaskConfig, over a built `dataset` folder or Hub repo.
     `output_path`: also write the run's files there, as the CLI does (a folder; lm-eval's
     `results_<date>.json`, CASU's `casu_results_<date>.json`, report, plots, and with
     `log_samples` both kinds of sample logs); `cache`: the response cache file (default
@@ -346,6 +284,8 @@ def simple_evaluate(
     `cache`), `write_out` (print each task's first prompt), `evaluation_tracker` (lm-eval's
     EvaluationTracker: its `general_config_tracker.log_experiment_args` is called as lm-eval does,
     and its `output_path` is used when `output_path` is not given), `verbosity` (log level).
+    `on_cleaned`: called with each temporary file a killed run left in `output_path` and this run
+    removed.
 
     `robustness_dataset`: a second realization of `dataset` (`casu build --realization 2`: the same
     items, other recordings of the same sound types). The model is evaluated on it too (same tasks,
@@ -354,109 +294,82 @@ def simple_evaluate(
     answered the same on both, with each realization's family accuracy); the document's
     `robustness` names both datasets (path, fingerprint, identity), holds the second realization's
     results and the consistency over all tasks (`overall`)."""
-    from harness import flags, push
-    from harness import metrics as M
-    from harness.evaluate import EvalOptions, evaluate
-    from harness.metrics import JudgeEventMatcher
-    from harness.parsing import LLMJudge
-    from harness.results import document, write_outputs
-    from harness.runner import distributed_state
-    from model_adapters.registry import get_adapter, make_adapter
+    if isinstance(model, EvalConfig):
+        if config is not None:
+            raise UsageError("simple_evaluate: give the EvalConfig once (first argument or config=)")
+        config, model = model, None
+    given = {k: v for k, v in (("model", model), ("model_args", model_args)) if v is not None}
+    given.update(keywords)
+    tracker_out = getattr(evaluation_tracker, "output_path", None) if evaluation_tracker is not None else None
+    if tracker_out and given.get("output_path") is None and (config is None or config.output_path is None):
+        given["output_path"] = str(tracker_out)
+    if config is None:
+        config = EvalConfig(**given)
+    elif given:
+        config = config.replace(**given)
+    if config.model is None:
+        raise UsageError(
+            "model: required; give an adapter name (see `python -m harness list`), module:Class, or a "
+            "model_adapters.Adapter instance"
+        )
+    return _evaluate(config, on_cleaned, evaluation_tracker)
+
+
+def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
+    from harness.config import parse_chat_template, resolve_batch_size
+    from harness.output import hub
+    from harness.output.results import document, write_outputs
+    from harness.run.evaluate import evaluate
+    from harness.run.runner import distributed_state
+    from harness.scoring import metrics
+    from harness.task.config import apply_gen_kwargs
+    from model_adapters.registry import instantiate, resolve_adapter
 
     started = time.time()
-    set_verbosity(verbosity)
-    given = model if isinstance(model, Adapter) else None
-    if given is None and not isinstance(model, str):
-        raise UsageError(
-            f"model={type(model).__name__}: give an adapter name (see `python -m harness list`), "
-            "module:Class, or a model_adapters.Adapter instance"
-        )
-    if given is not None and (model_args not in (None, "", {}) or device is not None):
-        raise UsageError(
-            f"model_args/device with an adapter instance ({given.name}): it is already built with "
-            f"{given.model_args}; give a name and model_args instead, or leave them out"
-        )
-    if bootstrap_iters is not None and (
-        not isinstance(bootstrap_iters, int)
-        or isinstance(bootstrap_iters, bool)
-        or not 0 <= bootstrap_iters <= MAX_BOOTSTRAP_ITERS
-    ):
-        raise UsageError(
-            f"bootstrap_iters={bootstrap_iters!r}: an integer in 0..{MAX_BOOTSTRAP_ITERS:,} (0: no "
-            "intervals; each interval draws this many resamples of every task's samples, so 1e9 would "
-            "need tens of GB)"
-        )
-    if use_cache is not None:
-        if cache is not None and cache != use_cache:
-            raise UsageError(
-                f"use_cache={use_cache!r} and cache={cache!r}: give one (the response cache file)"
-            )
-        cache = str(use_cache)
-    if evaluation_tracker is not None and output_path is None:
-        output_path = getattr(evaluation_tracker, "output_path", None) or None
-    if predict_only:
-        log_samples = True
-    seed = _seed(seed, random_seed, numpy_random_seed, torch_random_seed)
-    task_list = _tasks(tasks, include_path)  # TaskConfigError
+    c = config
+    set_verbosity(c.verbosity)
+    given = c.model if isinstance(c.model, Adapter) else None
+    task_list = _tasks(c.tasks, c.include_path)  # TaskConfigError
     try:
-        gen_kw = flags.parse_gen_kwargs(gen_kwargs)
-        task_list = flags.apply_gen_kwargs(task_list, gen_kw)
-        limit = flags.parse_limit(limit)
-        log_args = flags.parse_hub_log_args(hf_hub_log_args)
-        push.check_auto_push(
-            log_args, limit=limit, output_path=output_path, log_samples=log_samples
+        task_list = apply_gen_kwargs(task_list, c.gen_kwargs)
+        hub.check_auto_push(
+            c.hf_hub_log_args, limit=c.limit, output_path=c.output_path, log_samples=c.log_samples
         )  # PushError
-        system = flags.parse_system_instruction(system_instruction)
-        template_choice = flags.parse_chat_template(apply_chat_template)
-        flags.check_fewshot(num_fewshot, fewshot_as_multiturn)
-        conds = _conditions(conditions)
+        conds = _conditions(c.conditions)
         if given is not None:
             raw_args = dict(given.model_args)
         else:
             raw_args = (
-                parse_model_args(model_args, raw=True)
-                if isinstance(model_args, str) or model_args is None
-                else dict(model_args)
+                parse_model_args(c.model_args, raw=True)
+                if isinstance(c.model_args, str) or c.model_args is None
+                else dict(c.model_args)
             )
     except ModelArgsError:
         raise
     except ValueError as err:
         raise UsageError(str(err)) from None
-    if judge not in (None, "local", "openai"):
-        raise UsageError(f"--judge {judge!r}: use 'local' or 'openai'")
-    if scoring not in ("auto", "generate", "loglikelihood"):
-        raise UsageError(f"--scoring {scoring!r}: use auto, generate or loglikelihood")
-    if batch_size != "auto" and (
-        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
-    ):
-        raise UsageError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise UsageError(f"--seed: must be an integer >= 0, got {seed!r}")
-    if device:
-        raw_args["device"] = device
+    if c.device:
+        raw_args["device"] = c.device
     try:  # a GPU that is not there fails here, not sample by sample after loading
-        flags.check_device(str(raw_args["device"]) if raw_args.get("device") else None)
+        check_device(str(raw_args["device"]) if raw_args.get("device") else None)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    batch_n, shrink = flags.resolve_batch_size(batch_size, str(raw_args.get("device") or "cpu"))
     if given is None:
-        cls = get_adapter(model)  # AdapterError: unknown model
-        checked_args = check_model_args(cls, model, raw_args)  # ModelArgsError (a usage error)
+        cls, checked_args = resolve_adapter(c.model, raw_args)  # AdapterError / ModelArgsError
     else:
         checked_args = raw_args
+    dataset, robustness_dataset, output_path, cache = c.dataset, c.robustness_dataset, c.output_path, c.cache
     _check_no_collision(output_path, cache, dataset, robustness_dataset)
-    check_paths(None if output_path is None else str(output_path), cache)
+    check_paths(output_path, cache)
     log.info(
-        "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [c.name for c in conds], dataset
+        "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [x.name for x in conds], dataset
     )
-    data = _open_data(str(dataset), task_list, seed)
+    data = _open_data(dataset, task_list, c.seed)
     data2 = None
     if robustness_dataset is not None:
-        if not str(robustness_dataset).strip():
-            raise UsageError("--robustness_dataset: give a dataset folder or Hub repo id")
-        data2 = _open_data(str(robustness_dataset), task_list, seed)
-        same_path = os.path.realpath(os.path.expanduser(str(robustness_dataset))) == os.path.realpath(
-            os.path.expanduser(str(dataset))
+        data2 = _open_data(robustness_dataset, task_list, c.seed)
+        same_path = os.path.realpath(os.path.expanduser(robustness_dataset)) == os.path.realpath(
+            os.path.expanduser(dataset)
         )
         ids = (data.identity or {}).get("sha256"), (data2.identity or {}).get("sha256")
         if same_path or (ids[0] is not None and ids[0] == ids[1]):
@@ -465,61 +378,65 @@ def simple_evaluate(
                 "identity equal); give the second realization "
                 "(`python -m casu_dataset build --realization 2`)"
             )
+    template_choice = parse_chat_template(c.apply_chat_template)
     if given is not None:
         adapter = given
         if not isinstance(template_choice, str):
             adapter.chat_template_name = None  # a name chosen by an earlier call does not carry over
     else:
         try:
-            adapter = make_adapter(model, checked_args)
+            adapter = instantiate(cls, c.model, checked_args)
         except ModelArgsError:
             raise
         except ValueError as err:  # the adapter refused its arguments while loading
             raise AdapterError(str(err)) from None
-    name = adapter.name if given is not None else model
+    name = adapter.name if given is not None else c.model
     log.info("model %s (%s), fingerprint %s", name, checked_args, adapter.fingerprint)
     try:  # a NAME is checked against the processor's templates (no weights are loaded)
         template = adapter.set_chat_template(template_choice)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    backend = make_judge(judge)
+    backend = make_judge(c.judge)
     cache_obj = _open_cache(cache, output_path, on_cleaned)
-    opts = EvalOptions(
-        conditions=conds,
-        batch_size=batch_n,
-        shrink_on_oom=shrink,
-        limit=limit,
-        scene_hint=scene_hint,
-        scoring=scoring,
-        circular=circular,
-        seed=seed,
-        probe=probe,
-        judge=LLMJudge(backend) if backend else None,
-        event_matcher=JudgeEventMatcher(backend) if backend else None,
-        bert_model=bert_model,
-        progress=progress,
-        system_instruction=system,
-        predict_only=predict_only,
-    )
-    token = M.BOOTSTRAP_ITERS.set(M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters)
+    batch = resolve_batch_size(c.batch_size, str(raw_args.get("device") or "cpu"))
+    iters = metrics.BOOTSTRAP if c.bootstrap_iters is None else c.bootstrap_iters
+    token = metrics.BOOTSTRAP_ITERS.set(iters)
     ev2 = None
     try:
+        robustness: dict | None = None
         if data2 is not None:  # the second realization first: its records feed recording_consistency
-            import dataclasses
-
             log.info("evaluating the second realization %s", robustness_dataset)
-            ev2 = evaluate(adapter, task_list, data2, dataclasses.replace(opts, probe=False), cache_obj)
-            opts.robustness = {}
+            ev2 = evaluate(
+                adapter,
+                task_list,
+                data2,
+                c.replace(probe=False),
+                cache_obj,
+                conditions=conds,
+                judge=backend,
+                batch=batch,
+            )
+            robustness = {}
             for t, recs in ev2["samples"].items():
                 for r in recs:
-                    opts.robustness.setdefault((t, r["condition"]), []).append(r)
-        ev = evaluate(adapter, task_list, data, opts, cache_obj)
+                    robustness.setdefault((t, r["condition"]), []).append(r)
+        ev = evaluate(
+            adapter,
+            task_list,
+            data,
+            c,
+            cache_obj,
+            conditions=conds,
+            judge=backend,
+            batch=batch,
+            robustness=robustness,
+        )
     finally:
-        M.BOOTSTRAP_ITERS.reset(token)
+        metrics.BOOTSTRAP_ITERS.reset(token)
     if ev2 is not None:
         _check_paired(ev, ev2, dataset, robustness_dataset)
     ended = time.time()
-    if write_out:
+    if c.write_out:
         for t, recs in ev["samples"].items():
             if recs:
                 print(
@@ -536,58 +453,56 @@ def simple_evaluate(
         "tokenizer": adapter.tokenizer_info(),
         "chat_template": adapter.chat_template_text(),
     }
-    config = run_config(
+    run = run_config(
         task_list,
         conds,
-        scene_hint=scene_hint,
-        scoring=scoring,
-        circular=circular,
-        batch_size=batch_size,
-        limit=limit,
-        seed=seed,
+        scene_hint=c.scene_hint,
+        scoring=c.scoring,
+        circular=c.circular,
+        batch_size=c.batch_size,
+        limit=c.limit,
+        seed=c.seed,
         judge_fp=backend.fingerprint if backend else None,
-        gen_kwargs=gen_kw,
-        hf_hub_log_args=log_args,
-        system_instruction=system,
+        gen_kwargs=c.gen_kwargs,
+        hf_hub_log_args=c.hf_hub_log_args,
+        system_instruction=c.system_instruction,
         chat_template=template,
     )
-    config.update(
-        bootstrap_iters=M.BOOTSTRAP if bootstrap_iters is None else bootstrap_iters,
+    run.update(
+        bootstrap_iters=iters,
         use_cache=cache
         if cache not in (None, "off")
         else (
-            os.path.join(str(output_path), "cache.sqlite")
-            if output_path is not None and cache is None
-            else None
+            os.path.join(output_path, "cache.sqlite") if output_path is not None and cache is None else None
         ),
-        predict_only=bool(predict_only),
-        fewshot_random_seed=fewshot_random_seed,
+        predict_only=bool(c.predict_only),
+        fewshot_random_seed=c.fewshot_random_seed,
     )
     if ev2 is not None:
-        config["robustness_dataset"] = str(robustness_dataset)
-    doc = document(ev, info, config, {"path": str(dataset)}, run_times={"start": started, "end": ended})
+        run["robustness_dataset"] = robustness_dataset
+    doc = document(ev, info, run, {"path": dataset}, run_times={"start": started, "end": ended})
     if ev2 is not None:
-        doc["robustness"] = robustness_block(ev, ev2, str(dataset), str(robustness_dataset), seed)
+        doc["robustness"] = robustness_block(ev, ev2, dataset, str(robustness_dataset), c.seed)
         if ev2["errors"]:  # failed on the second realization: the run has errors too (exit 4, rerun)
             doc["errors"] = doc["errors"] + [dict(e, dataset="realization2") for e in ev2["errors"]]
             doc["n_errors"], doc["status"] = len(doc["errors"]), "errors"
     res = Results(
-        doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=log_samples
+        doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=c.log_samples
     )
     tracker = getattr(evaluation_tracker, "general_config_tracker", None)
     if tracker is not None and hasattr(tracker, "log_experiment_args"):  # as lm-eval's simple_evaluate does
         tracker.log_experiment_args(
             model_source=name,
             model_args=res["config"]["model_args"],
-            system_instruction=system,
+            system_instruction=c.system_instruction,
             chat_template=res["chat_template"],
-            fewshot_as_multiturn=bool(fewshot_as_multiturn),
+            fewshot_as_multiturn=bool(c.fewshot_as_multiturn),
         )
     if output_path is not None and res.main_process:
-        res.path = write_outputs(doc, ev["samples"] if log_samples else None, Path(output_path))
+        res.path = write_outputs(doc, ev["samples"] if c.log_samples else None, Path(output_path))
         res["casu"]["document"] = res.path.name
         log.info("wrote %s", res.path)
-        res.pushed = push.push_after_run(res.path, log_args, token=os.environ.get("HF_TOKEN"))  # never raises
+        res.pushed = hub.push_after_run(res.path, c.hf_hub_log_args, token=os.environ.get("HF_TOKEN"))
     return res
 
 
@@ -611,7 +526,7 @@ def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str,
     """The results document's `robustness`: both datasets, the second realization's results and
     recording_consistency over all multiple-choice tasks together, per condition (a family counts
     as the same only if every question of every task it has is)."""
-    from harness import metrics as M
+    from harness.scoring import metrics as M
 
     overall: dict[str, dict] = {}
     conds = list(dict.fromkeys(r["condition"] for recs in ev["samples"].values() for r in recs))
@@ -645,7 +560,7 @@ def _open_cache(cache: str | None, output_path, on_cleaned):
     import sqlite3
 
     from casu_dataset.core.llm.cache import ResponseCache
-    from harness.outputs import clean_stale
+    from harness.output.files import clean_stale
 
     if output_path is not None:
         for f in clean_stale(output_path):

@@ -56,18 +56,28 @@ def get_adapter(name: str) -> type[Adapter]:
     )
 
 
-def make_adapter(name: str, model_args: str | dict | None = None) -> Adapter:
-    """The adapter, its arguments typed and range-checked by its signature before it loads."""
+def resolve_adapter(name: str, model_args: str | dict | None = None) -> tuple[type[Adapter], dict]:
+    """The adapter class and its arguments, typed and range-checked by its signature; nothing loads."""
     if isinstance(model_args, str) or model_args is None:
         args = parse_model_args(model_args, raw=True)
     else:
         args = dict(model_args)
     cls = get_adapter(name)
-    args = check_model_args(cls, name, args)
+    return cls, check_model_args(cls, name, args)
+
+
+def instantiate(cls: type[Adapter], name: str, checked_args: dict) -> Adapter:
+    """The adapter built from arguments that `resolve_adapter` checked."""
     try:
-        return cls(**args)
+        return cls(**checked_args)
     except TypeError as err:
         raise ModelArgsError(f"--model {name}: bad --model_args ({err})") from None
+
+
+def make_adapter(name: str, model_args: str | dict | None = None) -> Adapter:
+    """The adapter, its arguments typed and range-checked by its signature before it loads."""
+    cls, args = resolve_adapter(name, model_args)
+    return instantiate(cls, name, args)
 
 
 def describe(name: str) -> str:

@@ -22,7 +22,7 @@ def main(speech_wav: str, bed: str, event: str) -> None:
     from casu_dataset.sounds.catalog import Catalog
     from casu_dataset.sounds.retrieval import Embedder, Retriever
     from casu_dataset.speech.intelligibility import WhisperChecker
-    from harness.metrics import bertscore_f1
+    from harness.scoring.metrics import bertscore_f1
 
     cat = Catalog.embedded()
     emb = Embedder()

@@ -59,16 +59,17 @@ def test_tiny_model_runs_and_does_not_depend_on_batch_size(name, tiny_dirs):
 
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_the_audio_probe_runs_for_each_tiny_adapter(name, tiny_dirs, casu_small):
-    from harness.data import CasuData
-    from harness.evaluate import EvalOptions, evaluate
-    from harness.task_config import load_tasks
+    from harness.config import EvalConfig
+    from harness.run.data import CasuData
+    from harness.run.evaluate import evaluate
+    from harness.task.config import load_tasks
 
     a = make_adapter(name, {"pretrained": str(tiny_dirs[name]), "device": "cpu", "dtype": "float32"})
     ev = evaluate(
         a,
         [load_tasks()["contextual_reasoning"]],
         CasuData(casu_small),
-        EvalOptions(progress=False, limit=4, probe_n=2, batch_size=2),  # --limit keeps whole families: one
+        EvalConfig(progress=False, limit=4, probe_n=2, batch_size=2),  # --limit keeps whole families: one
     )
     # Random weights cannot show audio dependence; the probe must run and report, either way.
     assert ev["audio_probe"]["status"] in ("ok", "unchanged") and len(ev["audio_probe"]["questions"]) == 2
@@ -103,7 +104,7 @@ def test_salmonn_needs_a_checkout(tmp_path, monkeypatch):
 def test_selecting_a_model_imports_only_what_it_needs():
     code = (
         "import sys; from model_adapters import make_adapter; a = make_adapter('random'); "
-        "import harness.evaluate, harness.runner, harness.results; "
+        "import harness.run.evaluate, harness.run.runner, harness.output.results; "
         "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'faster_whisper') if m in "
         "sys.modules))"
     )
@@ -125,8 +126,8 @@ def test_random_baseline_is_seeded_and_batch_independent():
 
 @pytest.mark.slow
 def test_cascade_and_blind_on_real_scene_audio(casu_small, tiny_dirs):
-    from harness.conditions import FULL
-    from harness.data import CasuData
+    from harness.run.conditions import FULL
+    from harness.run.data import CasuData
 
     data = CasuData(casu_small)
     s = data.samples("contextual_reasoning")[0]

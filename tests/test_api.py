@@ -17,7 +17,7 @@ ROLE_YAML = contract.__file__.rsplit("/casu_dataset/", 1)[0] + "/tasks/role_infe
 
 def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_path):
     from harness import Results, simple_evaluate
-    from harness.task_config import load_tasks
+    from harness.task.config import load_tasks
 
     res = simple_evaluate(
         model="random",
@@ -60,8 +60,8 @@ def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_pat
 
 def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path, monkeypatch):
     from harness import UsageError, simple_evaluate
-    from harness.data import DatasetError
-    from harness.task_config import TaskConfigError
+    from harness.run.data import DatasetError
+    from harness.task.config import TaskConfigError
     from model_adapters import AdapterError
 
     with pytest.raises(UsageError, match="--conditions 'XYZ'"):
@@ -115,7 +115,7 @@ def new_task():
 
 def test_a_task_is_one_registry_entry_plus_one_yaml(casu_small, tmp_path, new_task):
     from harness import simple_evaluate
-    from harness.task_config import TaskConfigError
+    from harness.task.config import TaskConfigError
 
     # The dataset gains the task's config (rows as a builder would write them).
     ds = tmp_path / "ds"

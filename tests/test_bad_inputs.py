@@ -92,7 +92,7 @@ def expect_error(fn, exc_type, *args) -> Outcome:
 
 
 def harness(*argv) -> Outcome:
-    from harness.__main__ import main
+    from harness.cli import main
 
     return call(main, list(argv))
 
@@ -296,7 +296,7 @@ def _cache_ok(c: Ctx, p: Path) -> Outcome:
 
 
 def push_offline(c: Ctx) -> Outcome:
-    from harness.__main__ import main
+    from harness.cli import main
 
     old = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_TOKEN")}
     os.environ.update(HF_HUB_OFFLINE="1", HF_TOKEN="hf_FAKEtokenFAKEtokenFAKEtoken1234")

@@ -377,7 +377,7 @@ def harness_401(c: Ctx) -> Outcome:
 def debug_log_leak(c: Ctx, env_name: str) -> Outcome:
     """--verbosity DEBUG against a server that echoes the Authorization header in a response
     header: the log must not show the key (the HTTP client's raw header dumps are off)."""
-    from harness.__main__ import _set_verbosity
+    from harness.cli.run import set_cli_verbosity
 
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
@@ -386,7 +386,7 @@ def debug_log_leak(c: Ctx, env_name: str) -> Outcome:
     levels = {n: logging.getLogger(n).level for n in ("", "httpx", "httpcore", "openai")}
     try:
         with key_env(env_name), refusing_server() as url, contextlib.redirect_stderr(buf):
-            _set_verbosity("DEBUG")
+            set_cli_verbosity("DEBUG")
             from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
 
             b = OpenAIBackend(url, "m", api_key=os.environ[env_name], max_retries=0)
@@ -543,7 +543,7 @@ def load_case(c: Ctx, d: Path) -> Outcome:
 def scenes_case(c: Ctx, kind: str) -> Outcome:
     """The stems the layer conditions render from, checked before inference (CasuData.check_scenes)."""
     from casu_dataset.core.audio_io import encode_flac
-    from harness.data import CasuData, DatasetError
+    from harness.run.data import CasuData, DatasetError
 
     d = tiny_dataset(c.tmp / "sc", 2, "sc")
     from casu_dataset.contract import ANNOTATION_FORMAT, SUPPORTED_ANNOTATION_VERSIONS

@@ -8,7 +8,7 @@ import pytest
 from casu_dataset.contract import SceneAnnotation
 from casu_dataset.core.audio_io import decode_bytes
 from casu_dataset.core.loudness import measure_lufs
-from harness.conditions import ALL, FULL, active_spans, parse_conditions, render
+from harness.run.conditions import ALL, FULL, active_spans, parse_conditions, render
 
 
 @pytest.fixture(scope="module")

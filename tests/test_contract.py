@@ -14,7 +14,7 @@ def _draws(rng):
 def test_rng_streams_are_pinned():
     # Numbers drawn by the pre-contract code (dataset 2.0.0): a change here changes every scene.
     from casu_dataset.mix.mixer import scene_rng
-    from harness.conditions import noise_rng
+    from harness.run.conditions import noise_rng
 
     assert _draws(scene_rng(3, "park_01")) == [290725727, 1721567380, 757751983]
     assert _draws(contract.derive_rng(3, "park_01/event:e1", 0x5EED, nbytes=4, byteorder="big")) == [
@@ -96,7 +96,7 @@ def test_annotation_reader_spans_and_version():
 
 def test_one_repo_id_check_for_dataset_and_results_push():
     from casu_dataset.core.hub import HubError, check_repo_id
-    from harness.push import PushError, plan_push
+    from harness.output.hub import PushError, plan_push
 
     assert check_repo_id("casu-org/casu-mini.v2") == "casu-org/casu-mini.v2"
     for bad in ("noslash", "a/b/c", "org/na me", "org/-x", "org/a--b", "/x"):
@@ -170,26 +170,62 @@ def test_harness_imports_only_the_contract(tmp_path):
     ]
 
 
-def test_lmeval_view_and_results_import_at_module_level_without_a_cycle():
-    """results writes lm-eval's view (lmeval_view); both name a run's folder and checkpoint
-    (outputs): no import between them goes back."""
+# The harness's stages, in the order data flows: a module imports only its own stage or earlier ones.
+HARNESS_STAGES = ["config", "scoring", "task", "run", "output", "api", "cli"]
+
+
+def _harness_imports() -> dict[str, set[str]]:
+    """harness module (dotted, without `harness.`) -> the harness modules it imports, lazily or not."""
     import ast
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "harness"
+    out = {}
+    for f in root.rglob("*.py"):
+        name = ".".join(f.relative_to(root).with_suffix("").parts)
+        tree = ast.parse(f.read_text())
+        found = set()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("harness."):
+                found.add(n.module.removeprefix("harness."))
+            elif isinstance(n, ast.ImportFrom) and n.module == "harness":
+                found.update(a.name for a in n.names)
+        out[name] = found
+    return out
 
-    def imports(name):
-        tree = ast.parse((root / f"{name}.py").read_text())
-        return {  # harness's own modules, imported relatively or as harness.NAME
-            n.module.removeprefix("harness.")
-            for n in ast.walk(tree)
-            if isinstance(n, ast.ImportFrom)
-            and n.module
-            and (n.level == 1 or n.module.startswith("harness."))
-        }
 
-    assert "lmeval_view" in imports("results") and "results" not in imports("lmeval_view")
-    assert "outputs" in imports("lmeval_view") and not {"results", "lmeval_view"} & imports("outputs")
+def _stage(module: str) -> int | None:
+    head = module.split(".")[0]
+    return HARNESS_STAGES.index(head) if head in HARNESS_STAGES else None
+
+
+def test_harness_imports_flow_one_way_through_its_stages():
+    """config -> scoring -> task -> run -> output -> api -> cli: no module reaches a later stage
+    (planted: a scoring module importing the runner is caught)."""
+    graph = _harness_imports()
+    assert {"config", "run.evaluate", "scoring.metrics", "output.results", "cli.run", "api"} <= set(graph)
+
+    def backwards(g):
+        return sorted(
+            (m, i)
+            for m, deps in g.items()
+            for i in deps
+            if _stage(m) is not None and _stage(i) is not None and _stage(i) > _stage(m)
+        )
+
+    assert backwards(graph) == []
+    planted = dict(graph, **{"scoring.metrics": graph["scoring.metrics"] | {"run.runner"}})
+    assert backwards(planted) == [("scoring.metrics", "run.runner")]
+    assert not graph["config"], "config is a leaf: every stage reads it"
+
+
+def test_output_writers_import_without_a_cycle():
+    """results writes lm-eval's view (lmeval); both name a run's folder and checkpoint (files):
+    no import between them goes back."""
+    graph = _harness_imports()
+    assert "output.lmeval" in graph["output.results"] and "output.results" not in graph["output.lmeval"]
+    assert "output.files" in graph["output.lmeval"]
+    assert not {"output.results", "output.lmeval"} & graph["output.files"]
 
 
 def test_builder_models_come_through_the_contract():
@@ -202,7 +238,7 @@ def test_builder_models_come_through_the_contract():
         == "hello world"
     )
     assert contract.word_error_rate("the cat sat", "the cat sat down") == pytest.approx(1 / 3)
-    from harness.metrics import one_minus_wer
+    from harness.scoring.metrics import one_minus_wer
 
     assert one_minus_wer('She said "the cat sat".', ["the cat sat"]) == 1.0
     with pytest.raises(ValueError, match="reference is empty"):

@@ -190,7 +190,7 @@ def test_question_only_readers_sit_at_chance_by_construction():
 
 
 def test_family_bootstrap_resamples_families():
-    from harness.metrics import family_bootstrap
+    from harness.scoring.metrics import family_bootstrap
 
     recs = [
         {"family_id": f"f{i}", "task": "t", "correct": c}
@@ -202,7 +202,7 @@ def test_family_bootstrap_resamples_families():
     assert m["accuracy"]["value"] == pytest.approx((5 * 4 + 15) / 80)
     assert m["accuracy"]["families"] == 20 and m["accuracy"]["resampled"] == "families"
     # Intervals over families are wider than ones that treat 80 variants as independent.
-    from harness.metrics import bootstrap_ci
+    from harness.scoring.metrics import bootstrap_ci
 
     naive = bootstrap_ci([r["correct"] for r in recs], seed=0)
     assert (m["accuracy"]["ci95"][1] - m["accuracy"]["ci95"][0]) > (naive[1] - naive[0])
@@ -358,17 +358,18 @@ def test_removing_the_slot_leaves_any_model_at_chance(family_dataset):
     sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
     from plugin_adapters import AudioHashAdapter
 
-    from harness.conditions import parse_conditions
-    from harness.data import CasuData
-    from harness.evaluate import EvalOptions, evaluate
-    from harness.task_config import load_tasks
+    from harness.config import EvalConfig
+    from harness.run.conditions import parse_conditions
+    from harness.run.data import CasuData
+    from harness.run.evaluate import evaluate
+    from harness.task.config import load_tasks
 
     tasks = load_tasks()
     ev = evaluate(
         AudioHashAdapter(),
         [tasks["contextual_reasoning"], tasks["counterfactual_reasoning"]],
         CasuData(family_dataset),
-        EvalOptions(progress=False, probe=False, conditions=parse_conditions("PEB,P_B,_EB")),
+        EvalConfig(progress=False, probe=False, conditions=parse_conditions("PEB,P_B,_EB")),
     )
     cr = ev["results"]["contextual_reasoning"]
     for cond in ("PEB", "P_B", "_EB"):
@@ -395,7 +396,7 @@ def test_a_key_given_twice_is_named_in_families_tasks_scripts_and_cards(tmp_path
     from casu_dataset.dataset.reader import BuiltDataset, LoadError
     from casu_dataset.families.compile import FamilyError, compile_families
     from casu_dataset.script.schema import ScriptError, load_script
-    from harness.task_config import TaskConfigError, builtin_tasks_dir, load_task
+    from harness.task.config import TaskConfigError, builtin_tasks_dir, load_task
 
     text = FIXTURE.read_text()
     fam = tmp_path / "fams.yaml"

@@ -102,7 +102,7 @@ def test_any_text_as_a_family_file_compiles_or_is_named(tmp_path_factory, text):
 
 
 def _task():
-    from harness.task_config import builtin_tasks_dir
+    from harness.task.config import builtin_tasks_dir
 
     return yaml.safe_load((builtin_tasks_dir() / "role_inference.yaml").read_text())
 
@@ -113,7 +113,7 @@ TASK = _task()
 @FUZZ
 @given(path=st.sampled_from(_paths(TASK)), value=ODD, delete=st.booleans())
 def test_a_mutated_task_yaml_loads_or_is_named(tmp_path_factory, path, value, delete):
-    from harness.task_config import load_task
+    from harness.task.config import load_task
 
     f = tmp_path_factory.mktemp("task") / "role_inference.yaml"
     f.write_text(yaml.safe_dump(_mutate(TASK, path, value, delete), allow_unicode=True))

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.conditions import parse_conditions
-from harness.data import CasuData
-from harness.evaluate import EvalOptions, evaluate
-from harness.results import document
-from harness.task_config import TaskConfigError, load_task, load_tasks, select_tasks
+from harness.config import EvalConfig
+from harness.output.results import document
+from harness.run.conditions import parse_conditions
+from harness.run.data import CasuData
+from harness.run.evaluate import evaluate
+from harness.task.config import TaskConfigError, load_task, load_tasks, select_tasks
 from model_adapters.base import Adapter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def test_unknown_task_and_model_fail_before_anything_runs(casu_small, tmp_path):
 
 
 def _eval(adapter, casu_small, tasks=("contextual_reasoning",), **kw):
-    opts = EvalOptions(progress=False, **kw)
+    opts = EvalConfig(progress=False, **kw)
     return evaluate(adapter, [TASKS[t] for t in tasks], CasuData(casu_small), opts)
 
 
@@ -435,7 +436,7 @@ def test_torchrun_two_processes_give_the_same_results(casu_small, tmp_path):
 
 
 def test_push_plans_the_tracker_layout_and_hides_the_token(casu_small, tmp_path):
-    from harness.push import plan_push, push
+    from harness.output.hub import plan_push, push
 
     out = tmp_path / "res"
     harness(

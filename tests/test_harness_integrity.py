@@ -16,9 +16,9 @@ import pytest
 
 from casu_dataset.core.audio_io import encode_flac
 from casu_dataset.dataset.build import CONFIGS, write_parquet
-from harness.data import CasuData, DatasetError
-from harness.outputs import atomic_write, clean_stale
-from harness.task_config import TaskConfigError, load_task, load_tasks
+from harness.output.files import atomic_write, clean_stale
+from harness.run.data import CasuData, DatasetError
+from harness.task.config import TaskConfigError, load_task, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = load_tasks()
@@ -290,8 +290,8 @@ def test_atomic_write_never_leaves_a_partial_file(tmp_path):
 def test_validate_rejects_settings_that_fail_at_run_time(tmp_path, edit, message):
     import yaml
 
-    from harness.prompts import build_prompt
-    from harness.runner import settings_for
+    from harness.run.runner import settings_for
+    from harness.task.prompts import build_prompt
 
     data = yaml.safe_load((ROOT / "tasks" / "role_inference.yaml").read_text())
     data.update(edit)
@@ -335,7 +335,7 @@ def test_a_dropped_casudata_frees_its_tables_and_audio(tmp_path):
     import gc
     import weakref
 
-    from harness.conditions import FULL
+    from harness.run.conditions import FULL
 
     d = tiny_dataset(tmp_path / "ds", 3, "w")
     data = CasuData(d)

@@ -26,7 +26,7 @@ def ds(tmp_path_factory) -> Path:
 
 def cli(*argv, main=None) -> tuple[int, str, str]:
     if main is None:
-        from harness.__main__ import main
+        from harness.cli import main
     return call_main(main, argv)
 
 
@@ -597,7 +597,7 @@ def test_progress_outside_a_terminal_is_plain_lines(ds, tmp_path):
 
 def test_the_plot_shows_family_accuracy_with_its_interval_and_marks_a_partial_run(ds, tmp_path):
     from harness import simple_evaluate
-    from harness.results import accuracy_plot_data, plots
+    from harness.output.results import accuracy_plot_data, plots
 
     res = simple_evaluate("random", tasks="role_inference", dataset=str(ds), probe=False, limit=4)
     doc = json.loads(json.dumps(res.document))
@@ -683,7 +683,7 @@ def test_sample_lines_for_option_scores_rotations_and_failures():
     import lm_eval_schema as S
     from pydantic import TypeAdapter
 
-    from harness.lmeval_view import sample_lines
+    from harness.output.lmeval import sample_lines
 
     base = {"scene_id": "s", "place": "kitchen", "question": "Q?", "condition": "PEB"}
     ll = dict(

@@ -20,7 +20,7 @@ def ds(tmp_path_factory) -> Path:
 
 
 def cli(*argv) -> tuple[int, str, str]:
-    from harness.__main__ import main
+    from harness.cli import main
 
     return call_main(main, argv)
 
@@ -73,7 +73,8 @@ def test_fractional_limit_takes_that_share_of_each_task_and_warns(ds, tmp_path):
 
 
 def test_batch_size_auto_gives_the_same_results_as_batch_1(ds, tmp_path, monkeypatch):
-    from harness import flags, simple_evaluate
+    from harness import config as flags
+    from harness import simple_evaluate
 
     monkeypatch.syspath_prepend(FIX)
     assert flags.resolve_batch_size("auto", "cpu") == (flags.AUTO_CPU_BATCH, False)
@@ -95,9 +96,9 @@ def test_batch_size_auto_gives_the_same_results_as_batch_1(ds, tmp_path, monkeyp
 
 def test_auto_batch_halves_on_out_of_memory(ds):
     """On CUDA, --batch_size auto starts large and halves until a batch fits; results unchanged."""
-    from harness.data import CasuData
-    from harness.runner import RunState, make_units, process
-    from harness.task_config import load_tasks
+    from harness.run.data import CasuData
+    from harness.run.runner import RunState, make_units, process
+    from harness.task.config import load_tasks
     from model_adapters.baselines import RandomBaseline
 
     class OutOfMemoryError(RuntimeError):
@@ -114,7 +115,7 @@ def test_auto_batch_halves_on_out_of_memory(ds):
 
     data = CasuData(str(ds))
     t = load_tasks()["role_inference"]
-    from harness.conditions import FULL
+    from harness.run.conditions import FULL
 
     a = Small()
     units = make_units(
@@ -267,7 +268,7 @@ def test_lm_eval_view_has_lm_evals_keys_with_the_projects_values(ds, tmp_path):
 
 def test_lm_eval_view_family_accuracy():
     """Family data: `family_acc,none` beside `acc,none`, each with its stderr from the project's CI."""
-    from harness.lmeval_view import task_results
+    from harness.output.lmeval import task_results
 
     m = {
         "n": 8,
@@ -323,7 +324,7 @@ def two_runs(ds, tmp_path):
 def test_push_sends_the_latest_full_run_privately_with_a_card(two_runs, online):
     from huggingface_hub import HfApi
 
-    from harness.push import push
+    from harness.output.hub import push
 
     hub = Hub()
     try:
@@ -385,7 +386,7 @@ def test_pr_eval_results_opens_a_pull_request_with_the_yaml(two_runs, online):
     import yaml
     from huggingface_hub import HfApi
 
-    from harness.push import pr_eval_results
+    from harness.output.hub import pr_eval_results
 
     hub = Hub()
     try:
@@ -594,10 +595,10 @@ def test_a_hub_failure_after_the_run_keeps_the_results_and_names_the_retry(ds, t
 
 def test_run_order_keeps_every_group_as_far_along_as_the_run(ds):
     """Slow free-text units are spread over the run, so the ETA (rate so far x units left) is right."""
-    from harness.conditions import FULL
-    from harness.data import CasuData
-    from harness.runner import interleave, make_units, settings_for
-    from harness.task_config import load_tasks
+    from harness.run.conditions import FULL
+    from harness.run.data import CasuData
+    from harness.run.runner import interleave, make_units, settings_for
+    from harness.task.config import load_tasks
     from model_adapters.baselines import RandomBaseline
 
     data = CasuData(str(ds))
@@ -629,10 +630,10 @@ def test_run_order_keeps_a_familys_scenes_together_in_a_hashed_family_order(ds):
     does not drift over a --limit run, whose first families by name cover more tasks."""
     import dataclasses
 
-    from harness.conditions import FULL
-    from harness.data import CasuData
-    from harness.runner import interleave, make_units
-    from harness.task_config import load_tasks
+    from harness.run.conditions import FULL
+    from harness.run.data import CasuData
+    from harness.run.runner import interleave, make_units
+    from harness.task.config import load_tasks
     from model_adapters.baselines import RandomBaseline
 
     t = load_tasks()["role_inference"]

@@ -23,7 +23,7 @@ N = 32
 
 def run_model_args(ds: Path, out: Path, model_args: str, *extra) -> tuple[int, str, float]:
     """(exit status, console text, seconds) of an openai-audio run with these --model_args."""
-    from harness.__main__ import main
+    from harness.cli import main
 
     buf = io.StringIO()
     t = time.perf_counter()

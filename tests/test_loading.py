@@ -209,7 +209,7 @@ def test_eval_results_entries_match_the_datasets_eval_yaml(casu_small):
     import yaml
 
     from harness import simple_evaluate
-    from harness.push import eval_results_entries
+    from harness.output.hub import eval_results_entries
 
     doc = yaml.safe_load((casu_small / "eval.yaml").read_text())
     res = simple_evaluate("random", tasks="all", dataset=str(casu_small), probe=False, limit=2)

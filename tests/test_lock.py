@@ -343,7 +343,7 @@ def test_harness_refuses_a_mixed_folder_and_records_the_identity(locked, tmp_pat
     assert docs and any(((d.get("dataset") or {}).get("identity") or {}).get("sha256") == want for d in docs)
     lm = [json.loads(x.read_text()) for x in outs.rglob("results_*.json")]  # lm-eval's file
     assert lm and lm[0]["casu"]["dataset_identity"]["sha256"] == want
-    from harness.results import table1
+    from harness.output.results import table1
 
     d1 = {
         "model": {"name": "random"},

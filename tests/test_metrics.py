@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from harness import metrics as M
-from harness.prompts import build_prompt, rotate, scene_hint
+from harness.scoring import metrics as M
+from harness.task.prompts import build_prompt, rotate, scene_hint
 
 
 def test_bleu4_matches_hand_computation():
@@ -85,7 +85,7 @@ def test_prompt_rotation_and_hint():
 def _picked_a(s: M.Scored) -> dict:
     for r in s.ok:
         r["picked_a"] = float(r["parsed"] == "A")
-    return M.mean_with_ci([r["picked_a"] for r in s.ok], seed=s.opts.seed)
+    return M.mean_with_ci([r["picked_a"] for r in s.ok], seed=s.context.seed)
 
 
 def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small, tmp_path, request):
@@ -96,8 +96,8 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     import yaml
     from conftest import call_main
 
-    from harness.__main__ import main
-    from harness.task_config import TaskConfigError, builtin_tasks_dir, load_task
+    from harness.cli import main
+    from harness.task.config import TaskConfigError, builtin_tasks_dir, load_task
 
     cfg = yaml.safe_load((builtin_tasks_dir() / "role_inference.yaml").read_text())
     tasks = tmp_path / "tasks"

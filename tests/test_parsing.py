@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.parsing import parse_choice, parse_letter
+from harness.scoring.parsing import parse_choice, parse_letter
 
 OPTS = ["4", "the school bell rang", "a siren", "people leaving the building"]
 

@@ -277,7 +277,7 @@ def _rec(fam, v, task, parsed, answer="A", rotation=0, method=None):
 
 
 def test_recording_consistency_by_hand():
-    from harness.metrics import recording_consistency
+    from harness.scoring.metrics import recording_consistency
 
     t = "contextual_reasoning"
     r1 = [_rec(f, v, t, "ABCD"[i]) for f in ("f1", "f2", "f3") for i, v in enumerate("wxyz")]
@@ -413,7 +413,7 @@ def test_robustness_dataset_must_be_another_realization(casu_small):
 
     with pytest.raises(UsageError, match="--robustness_dataset .* the same data as --dataset"):
         simple_evaluate("random", tasks=MCQ, dataset=str(casu_small), robustness_dataset=str(casu_small))
-    from harness.__main__ import main
+    from harness.cli import main
 
     rc, out, _ = call_main(main, ["--help"])
     assert rc == 0 and "--robustness_dataset" in out

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import TypeAdapter
 
-from harness.results import SCHEMA_VERSION
+from harness.output.results import SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow  # building the wheel and its venv takes tens of seconds
 
@@ -89,7 +89,7 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path, dict]:
 def test_the_wheel_imports_from_its_own_site_packages(wheel_venv, tmp_path):
     py, site, env = wheel_venv
     code = (
-        "import json, casu_dataset, harness, model_adapters; from harness.task_config import "
+        "import json, casu_dataset, harness, model_adapters; from harness.task.config import "
         "builtin_tasks_dir; print(json.dumps([m.__file__ for m in (casu_dataset, harness, model_adapters)]"
         " + [str(builtin_tasks_dir())]))"
     )

@@ -20,8 +20,8 @@ import json
 import re
 
 from casu_dataset.contract import FULL_CONDITION
-from harness import metrics as M
-from harness.outputs import checkpoint, run_key
+from harness.output.files import checkpoint, run_key
+from harness.scoring import metrics as M
 
 
 def hash_string(text: str) -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
-from harness import metrics as M
-from harness.lmeval_view import sample_lines, task_hash, view
-from harness.outputs import checkpoint, run_key
+from harness.output.files import checkpoint, run_key
+from harness.output.lmeval import sample_lines, task_hash, view
+from harness.scoring import metrics as M
 
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 
@@ -236,7 +236,7 @@ def latest_documents(output_path: str | Path, skipped: list | None = None) -> li
 def latest_runs(output_path: str | Path, skipped: list | None = None, full_only: bool = False) -> list[tuple]:
     """(results JSON, document, sample logs) of the newest complete run per checkpoint, sorted by
     checkpoint; `full_only`: runs without --limit only."""
-    from harness.outputs import complete_runs
+    from harness.output.files import complete_runs
 
     runs, bad = complete_runs(output_path)
     if skipped is not None:
@@ -499,7 +499,7 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
     Each file goes to a temp name and is renamed into place; CASU's JSON comes last and records
     every sample log's SHA-256, so it marks the run complete (see outputs.check_run). Returns it."""
-    from harness.outputs import set_aside_orphans, writing
+    from harness.output.files import set_aside_orphans, writing
 
     d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
@@ -518,7 +518,7 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
     from casu_dataset.core.atomic import atomic_open
-    from harness.outputs import atomic_write, file_record
+    from harness.output.files import atomic_write, file_record
 
     logs, lm_logs = {}, {}
     for task, recs in (samples or {}).items():

@@ -22,7 +22,7 @@ import numpy as np
 from casu_dataset.contract import AnnotationError, SceneAnnotation
 from casu_dataset.core.audio_io import decode_bytes
 from casu_dataset.dataset.reader import BuiltDataset, LoadError, Row, SceneRow, Table
-from harness.conditions import Condition, render
+from harness.run.conditions import Condition, render
 
 
 class DatasetError(LoadError):

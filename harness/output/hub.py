@@ -37,7 +37,7 @@ class PushError(hub.HubError):
 def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Path, dict, list[Path]]]:
     """The complete runs under an output folder (results JSON, document, its sample logs);
     incomplete ones (killed, truncated, older harness) go to `skipped` as (path, why)."""
-    from harness.outputs import complete_runs
+    from harness.output.files import complete_runs
 
     root = Path(output_path)
     good, bad = complete_runs(root)
@@ -57,9 +57,9 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
 
     `checkpoint`: the results folder name (`qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`), the checkpoint
     (`Qwen/Qwen2.5-Omni-7B`) or the adapter name; needed when the folder holds several."""
-    from harness.outputs import checkpoint as ck_of
-    from harness.outputs import run_key
-    from harness.results import latest_runs
+    from harness.output.files import checkpoint as ck_of
+    from harness.output.files import run_key
+    from harness.output.results import latest_runs
 
     runs(output_path, skipped)  # PushError when there is no complete run at all
     full = latest_runs(output_path, full_only=True)
@@ -115,7 +115,7 @@ def plan_push(
     if doc.get("lm_eval_view") and lm.is_file():
         files.append(lm)
     # the run's files sit under the name of its checkpoint folder, as written, also for old folders
-    from harness.outputs import run_key
+    from harness.output.files import run_key
 
     ops = hub.folder_operations(f.parent, files, prefix=f"{run_key(doc['model'])}/")
     ops.append(
@@ -128,7 +128,7 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
     """The sample logs of a run for a separate details repo (lm-eval's details_repo_name), with a card."""
     from huggingface_hub import CommitOperationAdd
 
-    from harness.outputs import run_key
+    from harness.output.files import run_key
 
     f, doc, logs = run
     ops = hub.folder_operations(f.parent, logs, prefix=f"{run_key(doc['model'])}/")
@@ -155,7 +155,7 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
 
 def results_card(output_path: str | Path, repo: str) -> str:
     """README.md of the results dataset: table 1 of each checkpoint's latest full run."""
-    from harness.results import latest_runs, table1
+    from harness.output.results import latest_runs, table1
 
     docs = [d for _, d, _ in latest_runs(output_path, full_only=True)]
     return "\n".join(
@@ -334,8 +334,8 @@ def push_after_run(path: str | Path, log_args: dict, token: str | None = None, a
     was asked for; else push's dict with `pushed` True, or `pushed` False with `error` (one line:
     the repo, why, where the results are and `retry`, the command that sends them). A Hub failure
     never raises: the results are already on disk."""
-    from harness.flags import results_repo
-    from harness.outputs import check_run
+    from harness.config import results_repo
+    from harness.output.files import check_run
 
     if not log_args.get("push_results_to_hub"):
         return None
@@ -391,7 +391,7 @@ def eval_results_entries(
     """One entry per task at full audio, on a 0-100 scale, with the settings in `notes` and the
     same `evaluation_framework` as the dataset's eval.yaml; `proposed_for`: the model repo a run of
     another checkpoint is proposed for by explicit override (said in every entry's notes)."""
-    from harness.outputs import checkpoint
+    from harness.output.files import checkpoint
 
     cfg = doc.get("config") or {}
     ck = checkpoint(doc["model"])
@@ -456,7 +456,7 @@ def pr_eval_results(
     every entry's notes record."""
     from huggingface_hub import CommitOperationAdd
 
-    from harness.outputs import checkpoint as ck_of
+    from harness.output.files import checkpoint as ck_of
 
     try:
         hub.check_repo_id(model_repo, "--model_repo")
@@ -464,8 +464,8 @@ def pr_eval_results(
     except hub.HubError as err:
         raise PushError(str(err)) from None
     if checkpoint is None:  # the target repo's own run, when the folder has one
-        from harness.outputs import run_key
-        from harness.results import latest_runs
+        from harness.output.files import run_key
+        from harness.output.results import latest_runs
 
         own = [r for r in latest_runs(output_path) if same_repo(ck_of(r[1]["model"]), model_repo)]
         checkpoint = run_key(own[0][1]["model"]) if len(own) == 1 else None

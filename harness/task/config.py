@@ -23,7 +23,7 @@ from pydantic import (
 from casu_dataset import contract
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
-from harness import metrics as M
+from harness.scoring import metrics as M
 
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
@@ -40,7 +40,7 @@ def builtin_tasks_dir() -> Path:
     installed = resources.files("harness") / "tasks"
     if installed.is_dir():
         return Path(str(installed))
-    checkout = Path(__file__).resolve().parent.parent / "tasks"
+    checkout = Path(__file__).resolve().parents[2] / "tasks"
     if not checkout.is_dir():
         raise TaskConfigError(
             f"no built-in tasks: neither {installed} (an installed wheel) nor {checkout} "
@@ -105,7 +105,7 @@ class TaskConfig(BaseModel):
                 f"unknown placeholder(s) {unknown}; allowed: {sorted(TEMPLATE_FIELDS)} "
                 "(write a literal brace as {{ or }})"
             )
-        from harness.prompts import build_prompt
+        from harness.task.prompts import build_prompt
 
         try:  # render it as the run will, so format specs, conversions and stray braces fail here
             build_prompt(v, "Q?", ["a", "b"], "kitchen")
@@ -235,3 +235,19 @@ def select_tasks(spec: str, tasks: dict[str, TaskConfig]) -> list[TaskConfig]:
     if not chosen:
         raise TaskConfigError("--tasks: nothing selected")
     return list(chosen.values())
+
+
+def apply_gen_kwargs(tasks: list, kw: dict) -> list:
+    """Each task with `kw` merged over its YAML `generation` block, validated as the YAML is."""
+    if not kw:
+        return tasks
+    out = []
+    for t in tasks:
+        try:
+            gen = Generation.model_validate({**t.generation.model_dump(), **kw})
+        except ValidationError as err:
+            e = err.errors()[0]
+            where = ".".join(str(x) for x in e["loc"]) or ", ".join(kw)
+            raise ValueError(f"--gen_kwargs {where}: {e['msg']} (task {t.task})") from None
+        out.append(t.model_copy(update={"generation": gen}))
+    return out

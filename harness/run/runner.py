@@ -23,12 +23,12 @@ import numpy as np
 from casu_dataset.core.llm.cache import ResponseCache
 from casu_dataset.core.redact import redact_known
 from casu_dataset.dataset.reader import Row
-from harness.concurrent import process_concurrently
-from harness.conditions import FULL, Condition
-from harness.data import CasuData
-from harness.parsing import LETTERS, parse_choice
-from harness.prompts import build_prompt, rotate
-from harness.task_config import TaskConfig
+from harness.run.concurrent import process_concurrently
+from harness.run.conditions import FULL, Condition
+from harness.run.data import CasuData
+from harness.scoring.parsing import LETTERS, parse_choice
+from harness.task.config import TaskConfig
+from harness.task.prompts import build_prompt, rotate
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass, field
 
-from harness import metrics as M
-from harness.conditions import FULL, Condition
-from harness.data import CasuData
-from harness.runner import (
+from harness.config import EvalConfig, limit_count, resolve_batch_size
+from harness.run.conditions import FULL, Condition, parse_conditions
+from harness.run.data import CasuData
+from harness.run.runner import (
     RunState,
     Unit,
     make_units,
@@ -18,37 +17,24 @@ from harness.runner import (
     score_unit,
     settings_for,
 )
-from harness.task_config import TaskConfig
+from harness.scoring import metrics
+from harness.scoring.metrics import JudgeEventMatcher, ScoringContext
+from harness.scoring.parsing import LLMJudge
+from harness.task.config import TaskConfig
 from model_adapters.base import Adapter
 
-log = logging.getLogger("harness.evaluate")
-
-
-@dataclass
-class EvalOptions:
-    conditions: list[Condition] = field(default_factory=lambda: [FULL])
-    batch_size: int = 1
-    shrink_on_oom: bool = False  # --batch_size auto on CUDA: halve the batch on out-of-memory
-    limit: int | float | None = None  # samples per task, or a fraction (0, 1) of each task
-    scene_hint: bool = False
-    scoring: str = "auto"
-    circular: bool = False
-    seed: int = 0
-    probe: bool = True
-    probe_n: int = 3
-    judge: object = None  # parsing.LLMJudge or None
-    event_matcher: M.EventMatcher | None = None
-    bert_model: str | None = None
-    progress: bool = True
-    system_instruction: str | None = None  # --system_instruction: every request's system turn
-    predict_only: bool = False  # lm-eval's predict_only: outputs (and parsed answers), no metrics
-    # --robustness_dataset: the second realization's scored records by (task, condition), for the
-    # recording_consistency metric (None: no second realization)
-    robustness: dict | None = None
+log = logging.getLogger("harness.run.evaluate")
 
 
 def audio_probe(
-    adapter: Adapter, data: CasuData, task: TaskConfig, opts: EvalOptions, cache, base_key, state
+    adapter: Adapter,
+    data: CasuData,
+    task: TaskConfig,
+    config: EvalConfig,
+    batch_size: int,
+    cache,
+    base_key,
+    state,
 ) -> dict:
     """Ask a few questions on the real audio, on silence and on another scene's audio.
 
@@ -56,13 +42,21 @@ def audio_probe(
     if not adapter.uses_audio:
         return {"status": "skipped", "reason": f"{adapter.name} does not take audio"}
     samples = data.samples(task.dataset_config, task.split)
-    picked = samples[: opts.probe_n]
+    picked = samples[: config.probe_n]
     found = [next((o for o in samples if o.scene_id != s.scene_id), None) for s in picked]
     if not picked or any(o is None for o in found):
         return {"status": "skipped", "reason": "needs questions from two different scenes"}
     others = [o for o in found if o is not None]  # every one (checked above)
     units = make_units(
-        task, picked, [FULL], adapter, opts.scoring, opts.scene_hint, False, base_key, opts.system_instruction
+        task,
+        picked,
+        [FULL],
+        adapter,
+        config.scoring,
+        config.scene_hint,
+        False,
+        base_key,
+        config.system_instruction,
     )
     probe_units = []
     for u, other in zip(units, others):
@@ -71,7 +65,7 @@ def audio_probe(
             v.audio_override = override
             v.key = f"{u.key}:probe:{kind}:{other.scene_id if kind == 'other' else ''}"
             probe_units.append((kind, v))
-    out = run_units([v for _, v in probe_units], adapter, data, cache, opts.batch_size, state, progress=False)
+    out = run_units([v for _, v in probe_units], adapter, data, cache, batch_size, state, progress=False)
     per_q = []
     for i in range(len(picked)):
         trio = {kind: out[v.key] for kind, v in probe_units[3 * i : 3 * i + 3]}
@@ -92,20 +86,26 @@ def audio_probe(
     return {"status": status, "task": task.task, "questions": per_q}
 
 
-def _mcq_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> dict:
+def _mcq_metrics(recs: list[dict], task: TaskConfig, context: ScoringContext) -> dict:
     base = [r for r in recs if r["rotation"] == 0]
     ok = [r for r in base if r["method"] != "error"]
-    scored = M.Scored(recs, ok, opts)
-    res = {"n": len(ok), "n_errors": len(base) - len(ok), **M.compute_metrics(M.MCQ, task.metrics, scored)}
+    scored = metrics.Scored(recs, ok, context)
+    res = {
+        "n": len(ok),
+        "n_errors": len(base) - len(ok),
+        **metrics.compute_metrics(metrics.MCQ, task.metrics, scored),
+    }
     methods: dict[str, int] = {}
     for r in ok:
         methods[r["method"]] = methods.get(r["method"], 0) + 1
     res["parse_methods"] = dict(sorted(methods.items()))
-    res["breakdowns"] = {k: M.breakdown(ok, k) for k in task.breakdowns}
+    res["breakdowns"] = {k: metrics.breakdown(ok, k) for k in task.breakdowns}
     fam = scored.family
     if fam:
         res["by_family_shape"] = {
-            shape: M.family_bootstrap([r for r in fam if r.get("family_shape") == shape], seed=opts.seed)
+            shape: metrics.family_bootstrap(
+                [r for r in fam if r.get("family_shape") == shape], seed=context.seed
+            )
             for shape in ("slot", "crossed")
             if any(r.get("family_shape") == shape for r in fam)
         }
@@ -131,12 +131,12 @@ def limit_samples(samples: list, limit: int) -> list:
     return out
 
 
-def _text_metrics(recs: list[dict], task: TaskConfig, opts: EvalOptions) -> tuple[dict, list[dict]]:
+def _text_metrics(recs: list[dict], task: TaskConfig, context: ScoringContext) -> tuple[dict, list[dict]]:
     ok = [r for r in recs if "error" not in r]
     res: dict = {
         "n": len(ok),
         "n_errors": len(recs) - len(ok),
-        **M.compute_metrics(M.TEXT, task.metrics, M.Scored(recs, ok, opts)),
+        **metrics.compute_metrics(metrics.TEXT, task.metrics, metrics.Scored(recs, ok, context)),
     }
     if task.breakdowns and ok and "bertscore" in res:
         res["breakdowns"] = {k: _text_breakdown(ok, k) for k in task.breakdowns}
@@ -151,23 +151,54 @@ def _text_breakdown(recs, key):
 
 
 def evaluate(
-    adapter: Adapter, tasks: list[TaskConfig], data: CasuData, opts: EvalOptions, cache=None
+    adapter: Adapter,
+    tasks: list[TaskConfig],
+    data: CasuData,
+    config: EvalConfig,
+    cache=None,
+    *,
+    conditions: list[Condition] | None = None,
+    judge=None,
+    batch: tuple[int, bool] | None = None,
+    robustness: dict | None = None,
 ) -> dict:
+    """Run `tasks` x conditions on `adapter` over `data` as `config` says -> the evaluation's
+    results, scored samples, errors, audio probe, fingerprints and timing.
+
+    What the caller already resolved from the config may be passed in: `conditions` (default:
+    config.conditions parsed), `judge` (an LLM backend for unparsed answers and Event Match),
+    `batch` (the starting batch size and whether to halve it on out-of-memory; default from
+    config.batch_size and the adapter's device) and `robustness` (the second realization's
+    records, for recording_consistency)."""
     t0 = time.perf_counter()
+    conds = parse_conditions(config.conditions) if conditions is None else conditions
+    batch_size, shrink = (
+        resolve_batch_size(config.batch_size, str(getattr(adapter, "model_args", {}).get("device") or "cpu"))
+        if batch is None
+        else batch
+    )
+    context = ScoringContext(
+        seed=config.seed,
+        circular=config.circular,
+        bert_model=config.bert_model,
+        event_matcher=JudgeEventMatcher(judge) if judge else None,
+        robustness=robustness,
+    )
+    llm_judge = LLMJudge(judge) if judge else None
     state = RunState()
     data.check_all(tasks)
     # The fingerprint hashes the very bytes the samples (and stems) below are parsed from.
     parts = {(t.dataset_config, t.split) for t in tasks}
-    if any(not c.is_full for c in opts.conditions):
+    if any(not c.is_full for c in conds):
         parts.add(("scenes", "test"))
         if adapter.uses_audio:  # the stems are checked before any inference, not per sample
             data.check_scenes([s for t in tasks for s in data.samples(t.dataset_config, t.split)])
     ds_fp = data.fingerprint(sorted(parts))
-    base_key = [adapter.fingerprint, ds_fp, opts.seed]
+    base_key = [adapter.fingerprint, ds_fp, config.seed]
     probe_task = next((t for t in tasks if t.output_type == "multiple_choice"), None)
     probe = (
-        audio_probe(adapter, data, probe_task, opts, cache, base_key, state)
-        if opts.probe and probe_task
+        audio_probe(adapter, data, probe_task, config, batch_size, cache, base_key, state)
+        if config.probe and probe_task
         else {"status": "skipped", "reason": "disabled or no multiple-choice task"}
     )
     all_units: list[Unit] = []
@@ -176,20 +207,18 @@ def evaluate(
     for t in tasks:
         samples = data.samples(t.dataset_config, t.split)
         rows = len(samples)
-        if opts.limit:
-            from harness.flags import limit_count
-
-            samples = limit_samples(samples, limit_count(opts.limit, rows))
+        if config.limit:
+            samples = limit_samples(samples, limit_count(config.limit, rows))
         units = make_units(
             t,
             samples,
-            opts.conditions,
+            conds,
             adapter,
-            opts.scoring,
-            opts.scene_hint,
-            opts.circular,
+            config.scoring,
+            config.scene_hint,
+            config.circular,
             base_key,
-            opts.system_instruction,
+            config.system_instruction,
         )
         per_task[t.task] = units
         all_units.extend(units)
@@ -215,11 +244,9 @@ def evaluate(
         ds_fp,
         probe.get("status"),
         len(all_units),
-        opts.batch_size,
+        batch_size,
     )
-    outputs = run_units(
-        all_units, adapter, data, cache, opts.batch_size, state, opts.progress, opts.shrink_on_oom
-    )
+    outputs = run_units(all_units, adapter, data, cache, batch_size, state, config.progress, shrink)
     t_run = time.perf_counter() - t0
     log.info(
         "inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits
@@ -230,8 +257,8 @@ def evaluate(
     for t in tasks:
         results[t.task] = {}
         samples_out[t.task] = []
-        for c in opts.conditions:
-            recs = [score_unit(u, outputs[u.key], opts.judge) for u in per_task[t.task] if u.condition == c]
+        for c in conds:
+            recs = [score_unit(u, outputs[u.key], llm_judge) for u in per_task[t.task] if u.condition == c]
             for r in recs:
                 if r.get("error") is not None:
                     errors.append(
@@ -243,13 +270,13 @@ def evaluate(
                             "error": r["error"],
                         }
                     )
-            if opts.predict_only:
+            if config.predict_only:
                 n_err = sum(r.get("error") is not None for r in recs)
                 results[t.task][c.name] = {"n": len(recs) - n_err, "n_errors": n_err, "predict_only": True}
             elif t.output_type == "multiple_choice":
-                results[t.task][c.name] = _mcq_metrics(recs, t, opts)
+                results[t.task][c.name] = _mcq_metrics(recs, t, context)
             else:
-                results[t.task][c.name], recs = _text_metrics(recs, t, opts)
+                results[t.task][c.name], recs = _text_metrics(recs, t, context)
             samples_out[t.task].extend(recs)
     n_units = len(all_units)
     total = time.perf_counter() - t0
@@ -265,7 +292,7 @@ def evaluate(
         "evaluated": {
             "requests": n_units,
             "samples": sum(c["samples"] for c in counts.values()),
-            "conditions": len(opts.conditions),
+            "conditions": len(conds),
             "per_task": counts,
         },
         "generation": {t.task: settings_for(t).to_dict() for t in tasks},

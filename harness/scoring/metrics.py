@@ -12,7 +12,7 @@ import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -21,9 +21,6 @@ from casu_dataset.contract import (
     sentence_embedder,
     word_error_rate,
 )
-
-if TYPE_CHECKING:  # evaluate imports this module
-    from harness.evaluate import EvalOptions
 
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
@@ -372,13 +369,26 @@ def one_minus_wer(description: str, turns: list[str]) -> float | None:
 MCQ, TEXT = "multiple_choice", "generate_until"  # the task kinds (a task YAML's output_type)
 
 
+@dataclass(frozen=True)
+class ScoringContext:
+    """The run's settings that metrics read (from its EvalConfig), and what scoring was given."""
+
+    seed: int = 0  # every bootstrap interval's seed
+    circular: bool = False  # --circular: circular_accuracy over the rotations
+    bert_model: str | None = None  # --bert_model (None: the local MiniLM)
+    event_matcher: EventMatcher | None = None  # --judge: Event Match by the LLM judge
+    # --robustness_dataset: the second realization's scored records by (task, condition), for
+    # recording_consistency (None: no second realization)
+    robustness: dict | None = None
+
+
 @dataclass
 class Scored:
     """What a metric is computed from: one task's scored records under one condition."""
 
     records: list[dict]  # every record, all rotations (--circular), failed requests included
     ok: list[dict]  # the records scored: rotation 0, no error
-    opts: EvalOptions  # the run's options (seed, circular, bert_model, event_matcher)
+    context: ScoringContext
 
     @property
     def family(self) -> list[dict]:
@@ -452,27 +462,29 @@ def compute_metrics(kind: str, listed: list[str], scored: Scored) -> dict:
 
 
 def _accuracy(s: Scored) -> dict:
-    acc = mean_with_ci([r["correct"] for r in s.ok], seed=s.opts.seed)
+    acc = mean_with_ci([r["correct"] for r in s.ok], seed=s.context.seed)
     fam = s.family
     if fam:  # contrast families: the interval resamples families, not questions
         acc = dict(
-            acc, ci95=family_bootstrap(fam, seed=s.opts.seed)["accuracy"]["ci95"], ci95_resampled="families"
+            acc,
+            ci95=family_bootstrap(fam, seed=s.context.seed)["accuracy"]["ci95"],
+            ci95_resampled="families",
         )
     return acc
 
 
 def _family_accuracy(s: Scored) -> dict | None:
     fam = s.family
-    return family_bootstrap(fam, seed=s.opts.seed)["family_accuracy"] if fam else None
+    return family_bootstrap(fam, seed=s.context.seed)["family_accuracy"] if fam else None
 
 
 def _circular_accuracy(s: Scored) -> dict | None:
-    if not s.opts.circular:
+    if not s.context.circular:
         return None
     groups: dict[str, list[bool]] = {}
     for r in s.records:
         groups.setdefault(r["id"], []).append(r["method"] != "error" and r["correct"])
-    return mean_with_ci([all(v) for v in groups.values()], seed=s.opts.seed)
+    return mean_with_ci([all(v) for v in groups.values()], seed=s.context.seed)
 
 
 def _unparsed_rate(s: Scored) -> dict:
@@ -484,12 +496,12 @@ def _unparsed_rate(s: Scored) -> dict:
 
 def _recording_consistency(s: Scored) -> dict | None:
     """With a second realization evaluated (`--robustness_dataset`): its records of this task and
-    condition are in `opts.robustness`."""
-    other = getattr(s.opts, "robustness", None)
+    condition are in `context.robustness`."""
+    other = s.context.robustness
     if other is None or not s.records:
         return None
     key = (s.records[0]["task"], s.records[0]["condition"])
-    return recording_consistency(s.records, other.get(key, []), seed=s.opts.seed)
+    return recording_consistency(s.records, other.get(key, []), seed=s.context.seed)
 
 
 def _bleu4(s: Scored) -> dict | None:
@@ -498,7 +510,7 @@ def _bleu4(s: Scored) -> dict | None:
     hyps, refs = [r["response"] for r in s.ok], [r["reference"] for r in s.ok]
     return {
         "value": bleu4(hyps, refs),
-        "ci95": bleu4_ci(hyps, refs, seed=s.opts.seed),
+        "ci95": bleu4_ci(hyps, refs, seed=s.context.seed),
         "n": len(s.ok),
         "scale": "0-100",
     }
@@ -507,23 +519,23 @@ def _bleu4(s: Scored) -> dict | None:
 def _bertscore(s: Scored) -> dict | None:
     if not s.ok:
         return None
-    model = s.opts.bert_model or default_bert_model()
+    model = s.context.bert_model or default_bert_model()
     f1 = bertscore_f1([r["response"] for r in s.ok], [r["reference"] for r in s.ok], model=model)
     for r, v in zip(s.ok, f1):
         r["bertscore_f1"] = v
-    return dict(mean_with_ci(f1, seed=s.opts.seed), model=model, num_layers=BERT_LAYERS, rescaled=False)
+    return dict(mean_with_ci(f1, seed=s.context.seed), model=model, num_layers=BERT_LAYERS, rescaled=False)
 
 
 def _event_match(s: Scored) -> dict | None:
     if not s.ok:
         return None
-    matcher = s.opts.event_matcher or EmbeddingEventMatcher()
+    matcher = s.context.event_matcher or EmbeddingEventMatcher()
     vals = []
     for r in s.ok:
         r["event_match"] = matcher.share(r["response"], r["event_descriptions"])
         if r["event_match"] is not None:
             vals.append(r["event_match"])
-    return dict(mean_with_ci(vals, seed=s.opts.seed), matcher=matcher.describe())
+    return dict(mean_with_ci(vals, seed=s.context.seed), matcher=matcher.describe())
 
 
 def _one_minus_wer(s: Scored) -> dict | None:
@@ -534,7 +546,7 @@ def _one_minus_wer(s: Scored) -> dict | None:
         r["one_minus_wer"] = one_minus_wer(r["response"], r["turns"])
         if r["one_minus_wer"] is not None:
             vals.append(r["one_minus_wer"])
-    return mean_with_ci(vals, seed=s.opts.seed)
+    return mean_with_ci(vals, seed=s.context.seed)
 
 
 # Registration order is the order of results, lm-eval's results and table columns.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.parsing import LETTERS
+from harness.scoring.parsing import LETTERS
 
 
 def scene_hint(place: str) -> str:

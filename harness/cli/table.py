@@ -1,0 +1,28 @@
+"""`python -m harness table [FOLDER]`: table 1 over every model's newest results in a folder."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from harness.cli.common import EXIT_OK, EXIT_USAGE, error_line
+
+
+def cmd_table(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m harness table", description="table 1 over every model's newest results in a folder"
+    )
+    p.add_argument("output_path", nargs="?", default="results")
+    a = p.parse_args(argv)
+    from harness.output.results import latest_documents, table1
+
+    skipped: list = []
+    docs = latest_documents(a.output_path, skipped) if os.path.isdir(a.output_path) else []
+    for f, why in skipped:
+        print(f"skipped {f}: {why}", file=sys.stderr)
+    if not docs:
+        error_line(f"{a.output_path}: no complete results (casu_results_*.json) found")
+        return EXIT_USAGE
+    print(table1(*docs))
+    return EXIT_OK

@@ -1,0 +1,489 @@
+"""What a run is asked to do: `EvalConfig`, every setting of `simple_evaluate` and of `python -m
+harness`, checked in one place before anything loads, and the parsers of lm-eval's flag values
+(--gen_kwargs, --limit, --batch_size auto, --hf_hub_log_args, --device, ...). Each check raises
+`UsageError` naming the flag and the value (the CLI's exit 2).
+
+A leaf module: it imports nothing else from the harness, so every stage can read the config."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from casu_dataset.core.errors import CasuError
+
+
+class UsageError(CasuError, ValueError):
+    """A bad argument or path; the message names the flag (the CLI's exit code 2)."""
+
+
+# --batch_size auto: on CPU (or an API adapter) there is no memory to probe, so a fixed size;
+# 8 keeps a batch's audio small and amortises the per-call overhead. On CUDA the run starts at
+# AUTO_CUDA_START and halves on out-of-memory (runner.process) until a batch fits.
+AUTO_CPU_BATCH = 8
+AUTO_CUDA_START = 64
+
+GEN_KEYS = ("max_new_tokens", "do_sample", "temperature")  # the task YAML's `generation` fields
+
+# lm-eval's --hf_hub_log_args keys (EvaluationTracker) and their types
+HUB_LOG_ARGS = {
+    "hub_results_org": str,
+    "hub_repo_name": str,
+    "results_repo_name": str,
+    "details_repo_name": str,
+    "push_results_to_hub": bool,
+    "push_samples_to_hub": bool,
+    "public_repo": bool,
+    "leaderboard_url": str,
+    "point_of_contact": str,
+    "gated": bool,
+}
+
+
+def _pairs(text: str, flag: str) -> dict[str, str]:
+    from model_adapters.base import parse_pairs
+
+    return parse_pairs(text, flag)
+
+
+def parse_gen_kwargs(text: str | dict | None) -> dict:
+    """`max_new_tokens=16,do_sample=true,temperature=0.7` -> raw dict (typed by apply_gen_kwargs)."""
+    kw = dict(text) if isinstance(text, dict) else _pairs(text or "", "--gen_kwargs")
+    unknown = sorted(set(kw) - set(GEN_KEYS))
+    if unknown:
+        raise ValueError(f"--gen_kwargs {unknown[0]}: not a generation setting; use {', '.join(GEN_KEYS)}")
+    return kw
+
+
+def parse_limit(v) -> int | float | None:
+    """An integer >= 1 (samples per task) or a fraction in (0, 1) of each task."""
+    if v is None:
+        return None
+    text = v if isinstance(v, str) else None
+    if text is not None:
+        try:
+            v = int(text)
+        except ValueError:
+            try:
+                v = float(text)
+            except ValueError:
+                raise ValueError(
+                    f"--limit {text!r}: not a number; give an integer >= 1 or a fraction in (0, 1)"
+                ) from None
+    shown = repr(text) if text is not None else repr(v)
+    bad = ValueError(f"--limit {shown}: must be an integer >= 1 or a fraction in (0, 1)")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise bad
+    if isinstance(v, float):
+        if 0 < v < 1:
+            return v
+        if v.is_integer() and v >= 1:
+            return int(v)
+        raise bad
+    if v < 1:
+        raise bad
+    return v
+
+
+def limit_count(limit: int | float, rows: int) -> int:
+    """Samples to take from a task of `rows` rows (a fraction rounds up, as lm-eval's)."""
+    return int(math.ceil(limit * rows)) if isinstance(limit, float) else int(limit)
+
+
+def parse_hub_log_args(text: str | dict | None) -> dict:
+    """lm-eval's `--hf_hub_log_args k=v,...`, typed; unknown keys and bad booleans are named."""
+    raw = dict(text) if isinstance(text, dict) else _pairs(text or "", "--hf_hub_log_args")
+    out = {}
+    for k, v in raw.items():
+        if k not in HUB_LOG_ARGS:
+            raise ValueError(f"--hf_hub_log_args {k}: unknown key; use {', '.join(HUB_LOG_ARGS)}")
+        if HUB_LOG_ARGS[k] is bool and not isinstance(v, bool):
+            if str(v).lower() not in ("true", "false"):
+                raise ValueError(f"--hf_hub_log_args {k}={v!r}: must be true or false")
+            v = str(v).lower() == "true"
+        out[k] = v
+    if "hub_results_org" in out or "results_repo_name" in out:
+        from casu_dataset.core import hub
+
+        try:
+            hub.check_repo_id(results_repo(out) or "", "--hf_hub_log_args")
+        except hub.HubError as err:
+            raise ValueError(str(err)) from None
+    return out
+
+
+def results_repo(log_args: dict) -> str | None:
+    """ORG/NAME of the results dataset named by --hf_hub_log_args (lm-eval's default name)."""
+    org = log_args.get("hub_results_org")
+    if not org:
+        return None
+    return f"{org}/{log_args.get('results_repo_name') or log_args.get('hub_repo_name') or 'casu-results'}"
+
+
+def check_device(device: str | None) -> None:
+    """--device cuda[:N] must name a visible GPU; checked before the dataset or model loads."""
+    if not device or device == "cpu":
+        return
+    import re
+
+    m = re.fullmatch(r"cuda(?::(\d+))?|mps|auto", device)
+    if not m:
+        raise ValueError(f"--device {device!r}: use cpu, cuda, cuda:N, mps or auto")
+    if device == "auto":
+        return
+    import torch
+
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError("--device mps: MPS is not available on this machine; use --device cpu")
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"--device {device}: CUDA is not available (torch {torch.__version__}, "
+            f"{'CPU-only build' if torch.version.cuda is None else 'no visible GPU'}); use --device cpu"
+        )
+    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+
+
+def resolve_batch_size(batch_size, device: str | None) -> tuple[int, bool]:
+    """(starting batch size, shrink on out-of-memory) for an int or 'auto'."""
+    if batch_size == "auto":
+        if device and device.startswith("cuda"):
+            return AUTO_CUDA_START, True
+        return AUTO_CPU_BATCH, False
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
+    return batch_size, False
+
+
+# -- prompts: --system_instruction, --apply_chat_template, --num_fewshot, --fewshot_as_multiturn ---------
+
+ZERO_SHOT_WHY = (
+    "CASU tasks are zero-shot: every question belongs to a contrast family whose variants share the "
+    "question and options, so shots drawn from the same set would give away keys"
+)
+
+
+def parse_system_instruction(text) -> str | None:
+    """lm-eval's --system_instruction: the system turn of every request (None: not given)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"--system_instruction: must be text, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(
+            "--system_instruction: empty text; leave the flag out (to drop an audio LM's own default "
+            "system prompt, use --model_args system_prompt=)"
+        )
+    return text
+
+
+def parse_chat_template(value) -> bool | str | None:
+    """lm-eval's --apply_chat_template [NAME]: None/False (not given), True (the default template) or a
+    name."""
+    if value is None or isinstance(value, bool):
+        return value or None
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError(
+        f"--apply_chat_template {value!r}: give no value (the model's default template) or a template name"
+    )
+
+
+def check_fewshot(num_fewshot, fewshot_as_multiturn) -> int:
+    """--num_fewshot must be 0 (or absent); --fewshot_as_multiturn needs shots, so it is refused."""
+    if num_fewshot is not None:
+        if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
+            raise ValueError(f"--num_fewshot: must be an integer >= 0, got {num_fewshot!r}")
+        if num_fewshot > 0:
+            raise ValueError(f"--num_fewshot {num_fewshot}: {ZERO_SHOT_WHY}; use 0 or leave it out")
+    if fewshot_as_multiturn:
+        raise ValueError(
+            f"--fewshot_as_multiturn: needs few-shot examples (--num_fewshot > 0), and {ZERO_SHOT_WHY}; "
+            "drop the flag"
+        )
+    return 0
+
+
+# lm-eval's default is 100,000; ten times that still fits in memory for every CASU task.
+MAX_BOOTSTRAP_ITERS = 1_000_000
+VERBOSITY = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+JUDGES = ("local", "openai")
+SCORING = ("auto", "generate", "loglikelihood")
+# lm-eval's seeding keywords: one seed here (numpy, torch, the bootstrap, the random baseline)
+SEED_ALIASES = ("random_seed", "numpy_random_seed", "torch_random_seed")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _seed(kw: dict) -> int:
+    """`seed`, or lm-eval's `random_seed`; lm-eval's numpy/torch seeds must agree with it (CASU does
+    not seed them apart)."""
+    seed = kw.get("seed", 0)
+    random_seed = kw.pop("random_seed", None)
+    if random_seed is not None:
+        if seed not in (0, None) and seed != random_seed:
+            raise UsageError(
+                f"random_seed={random_seed!r} and seed={seed!r}: give one (they are the same seed)"
+            )
+        seed = random_seed
+    for name in ("numpy_random_seed", "torch_random_seed"):
+        v = kw.pop(name, None)
+        if v is not None and v != seed:
+            raise UsageError(
+                f"{name}={v!r}: CASU seeds numpy and torch with its one seed ({seed!r}); give the same "
+                "value or leave it out"
+            )
+    if not _is_int(seed) or seed < 0:
+        raise UsageError(f"--seed: must be an integer >= 0, got {seed!r}")
+    return seed
+
+
+def _checked(kw: dict) -> dict:
+    """The keywords of a run, checked and in their one form (UsageError names the flag)."""
+    kw = dict(kw)
+    verbosity = kw.get("verbosity")
+    if verbosity is not None:
+        if not isinstance(verbosity, str) or verbosity.upper() not in VERBOSITY:
+            raise UsageError(f"--verbosity {verbosity!r}: one of DEBUG, INFO, WARNING, ERROR")
+        kw["verbosity"] = verbosity.upper()
+    model = kw.get("model")
+    if model is not None and not isinstance(model, str) and not _is_adapter(model):
+        raise UsageError(
+            f"model={type(model).__name__}: give an adapter name (see `python -m harness list`), "
+            "module:Class, or a model_adapters.Adapter instance"
+        )
+    if model is not None and _is_adapter(model) and (
+        kw.get("model_args") not in (None, "", {}) or kw.get("device") is not None
+    ):
+        raise UsageError(
+            f"model_args/device with an adapter instance ({model.name}): it is already built with "
+            f"{model.model_args}; give a name and model_args instead, or leave them out"
+        )
+    bootstrap = kw.get("bootstrap_iters")
+    if bootstrap is not None and (not _is_int(bootstrap) or not 0 <= bootstrap <= MAX_BOOTSTRAP_ITERS):
+        raise UsageError(
+            f"bootstrap_iters={bootstrap!r}: an integer in 0..{MAX_BOOTSTRAP_ITERS:,} (0: no "
+            "intervals; each interval draws this many resamples of every task's samples, so 1e9 would "
+            "need tens of GB)"
+        )
+    use_cache = kw.pop("use_cache", None)
+    if use_cache is not None:
+        cache = kw.get("cache")
+        if cache is not None and cache != use_cache:
+            raise UsageError(
+                f"use_cache={use_cache!r} and cache={cache!r}: give one (the response cache file)"
+            )
+        kw["cache"] = str(use_cache)
+    if kw.get("predict_only"):
+        kw["log_samples"] = True
+    kw["seed"] = _seed(kw)
+    try:
+        kw["gen_kwargs"] = parse_gen_kwargs(kw.get("gen_kwargs"))
+        kw["limit"] = parse_limit(kw.get("limit"))
+        kw["hf_hub_log_args"] = parse_hub_log_args(kw.get("hf_hub_log_args"))
+        kw["system_instruction"] = parse_system_instruction(kw.get("system_instruction"))
+        kw["apply_chat_template"] = parse_chat_template(kw.get("apply_chat_template"))
+        check_fewshot(kw.get("num_fewshot"), kw.get("fewshot_as_multiturn", False))
+    except UsageError:
+        raise
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    judge = kw.get("judge")
+    if judge not in (None, *JUDGES):
+        raise UsageError(f"--judge {judge!r}: use 'local' or 'openai'")
+    scoring = kw.get("scoring", "auto")
+    if scoring not in SCORING:
+        raise UsageError(f"--scoring {scoring!r}: use auto, generate or loglikelihood")
+    batch_size = kw.get("batch_size", 1)
+    if batch_size != "auto" and (not _is_int(batch_size) or batch_size < 1):
+        raise UsageError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
+    for key in ("output_path", "dataset", "robustness_dataset"):
+        if isinstance(kw.get(key), Path):
+            kw[key] = str(kw[key])
+    if kw.get("robustness_dataset") is not None and not str(kw["robustness_dataset"]).strip():
+        raise UsageError("--robustness_dataset: give a dataset folder or Hub repo id")
+    if isinstance(kw.get("tasks"), tuple):  # "a,b", ["a", "b"] and ("a", "b") are the same selection
+        kw["tasks"] = list(kw["tasks"])
+    conditions = kw.get("conditions")
+    if isinstance(conditions, (list, tuple)):  # names or run.conditions.Condition objects
+        kw["conditions"] = ",".join(str(getattr(c, "name", c)) for c in conditions)
+    if isinstance(kw.get("include_path"), (str, Path)):
+        kw["include_path"] = [kw["include_path"]]
+    return kw
+
+
+def _is_adapter(model) -> bool:
+    from model_adapters.base import Adapter
+
+    return isinstance(model, Adapter)
+
+
+class EvalConfig(BaseModel):
+    """Every setting of one evaluation, checked and frozen: what `simple_evaluate` runs and the CLI
+    builds (`EvalConfig.from_cli`), also from keywords or a YAML file (`EvalConfig.from_yaml`,
+    `python -m harness --config run.yaml`). A bad value raises `UsageError` naming the flag.
+
+    lm-eval's keywords are accepted and folded in: `random_seed` (= `seed`; `numpy_random_seed` /
+    `torch_random_seed` must equal it), `use_cache` (= `cache`); `predict_only` implies
+    `log_samples`. `replace(**changes)` gives a checked copy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    model: Any = Field(None, description="an adapter name, module:Class, or a model_adapters.Adapter")
+    model_args: str | dict | None = None
+    tasks: str | list = "all"
+    dataset: str = "casu_mini"
+    robustness_dataset: str | None = None
+    conditions: str = "full"  # full, all, or names such as PEB,P__,_E_
+    limit: int | float | None = None
+    output_path: str | None = None
+    log_samples: bool = False
+    include_path: list[str | Path] | None = None
+    batch_size: int | Literal["auto"] = 1
+    seed: int = 0
+    scene_hint: bool = False
+    scoring: Literal["auto", "generate", "loglikelihood"] = "auto"
+    circular: bool = False
+    judge: Literal["local", "openai"] | None = None
+    bert_model: str | None = None
+    cache: str | None = None
+    probe: bool = True
+    probe_n: int = Field(3, ge=1, description="questions the audio probe asks")
+    device: str | None = None
+    progress: bool = False
+    gen_kwargs: dict = Field(default_factory=dict)
+    hf_hub_log_args: dict = Field(default_factory=dict)
+    system_instruction: str | None = None
+    apply_chat_template: bool | str | None = None
+    num_fewshot: int | None = None
+    fewshot_as_multiturn: bool = False
+    fewshot_random_seed: int | None = None
+    bootstrap_iters: int | None = None
+    predict_only: bool = False
+    write_out: bool = False
+    verbosity: str | None = None
+
+    def __init__(self, **keywords: Any) -> None:
+        try:
+            super().__init__(**_checked(keywords))
+        except ValidationError as err:
+            raise UsageError(_describe(err)) from None
+
+    def replace(self, **changes: Any) -> EvalConfig:
+        """A checked copy with `changes` (keywords as the constructor's)."""
+        return type(self)(**{**self.keywords(), **changes})
+
+    def keywords(self) -> dict:
+        """The fields as keywords (EvalConfig(**c.keywords()) == c)."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalConfig:
+        """A run described in a YAML file: a mapping of these fields (or the CLI's flag names, e.g.
+        `no_probe: true`); `overrides` win over the file."""
+        return cls(**{**read_yaml(path), **overrides})
+
+    @classmethod
+    def from_cli(cls, args) -> EvalConfig:
+        """The config of `python -m harness` (its parsed argparse namespace)."""
+        kw = {k: getattr(args, k) for k in CLI_FIELDS if hasattr(args, k)}
+        kw["probe"] = not getattr(args, "no_probe", False)
+        kw["progress"] = not getattr(args, "quiet", False)
+        return cls(**kw)
+
+
+# The flags of `python -m harness` that are EvalConfig fields under the same name; `--no_probe`
+# and `--quiet` are `probe` and `progress` turned off.
+CLI_FIELDS = (
+    "model",
+    "model_args",
+    "tasks",
+    "dataset",
+    "robustness_dataset",
+    "conditions",
+    "limit",
+    "output_path",
+    "log_samples",
+    "include_path",
+    "batch_size",
+    "seed",
+    "scene_hint",
+    "scoring",
+    "circular",
+    "judge",
+    "bert_model",
+    "cache",
+    "device",
+    "gen_kwargs",
+    "hf_hub_log_args",
+    "system_instruction",
+    "apply_chat_template",
+    "num_fewshot",
+    "fewshot_as_multiturn",
+    "bootstrap_iters",
+    "predict_only",
+    "write_out",
+    "use_cache",
+    "verbosity",
+)
+CLI_ONLY = {"no_probe": "probe", "quiet": "progress"}
+
+
+def config_keys() -> list[str]:
+    """The keys a run's YAML may have: EvalConfig's fields, lm-eval's aliases and the CLI-only flags."""
+    return sorted({*EvalConfig.model_fields, *SEED_ALIASES, "use_cache", *CLI_ONLY})
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A run's YAML file as keywords of EvalConfig (`no_probe`/`quiet` turned into probe/progress);
+    UsageError naming the file and the key."""
+    from casu_dataset.core import strict_yaml
+
+    p = Path(path)
+    import yaml
+
+    if p.is_dir():
+        raise UsageError(f"--config {path}: is a folder; give a YAML file")
+    try:
+        data = strict_yaml.safe_load(p.read_text(encoding="utf-8"), p)
+    except FileNotFoundError:
+        raise UsageError(f"--config {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--config {path}: not UTF-8 text; give a YAML file") from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"--config {path}: not valid YAML ({err})".replace("\n", " ")) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"--config {path}: a mapping of settings (e.g. `model: random`), got {type(data).__name__}"
+        )
+    known = set(config_keys())
+    for key in data:
+        if key not in known:
+            raise UsageError(f"--config {path}: unknown key {key!r}; keys: {', '.join(config_keys())}")
+    out = dict(data)
+    for flag, field in CLI_ONLY.items():
+        if flag in out:
+            out[field] = not out.pop(flag)
+    return out
+
+
+def _describe(err: ValidationError) -> str:
+    """pydantic's errors as one line naming each flag."""
+    parts = []
+    for e in err.errors():
+        field = ".".join(str(x) for x in e["loc"]) or "config"
+        if e["type"] == "extra_forbidden":
+            keys = sorted({*EvalConfig.model_fields, *SEED_ALIASES, "use_cache"})
+            parts.append(f"{field}: not a setting of a run; settings: {', '.join(keys)}")
+        else:
+            parts.append(f"--{field} {e.get('input')!r}: {e['msg']}")
+    return "; ".join(dict.fromkeys(parts))
