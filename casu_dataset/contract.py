@@ -160,10 +160,10 @@ AGENT_DEFAULT_TASKS = (
 
 # ---------------------------------------------------------------- the card and the results
 
-# The dataset card's eval.yaml `evaluation_framework` and each .eval_results entry's (harness/push.py):
+# The dataset card's eval.yaml `evaluation_framework` and each .eval_results entry's (harness/output/hub.py):
 # the Hub's docs ask for the same value.
 EVAL_FRAMEWORK = "casu-harness"
-# The one value per task a model repo reports (.eval_results, harness/push.py), on one 0-100 scale:
+# The one value per task a model repo reports (.eval_results, harness/output/hub.py), on one 0-100 scale:
 # (the entry's metric name, how eval.yaml's description names it).
 LEADERBOARD_METRIC = {
     "multiple_choice": ("accuracy", "accuracy x100"),
