@@ -526,14 +526,14 @@ def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str,
     """The results document's `robustness`: both datasets, the second realization's results and
     recording_consistency over all multiple-choice tasks together, per condition (a family counts
     as the same only if every question of every task it has is)."""
-    from harness.scoring import metrics as M
+    from harness.scoring.metrics import recording_consistency
 
     overall: dict[str, dict] = {}
     conds = list(dict.fromkeys(r["condition"] for recs in ev["samples"].values() for r in recs))
     for c in conds:
         a = [r for recs in ev["samples"].values() for r in recs if r["condition"] == c and r.get("options")]
         b = [r for recs in ev2["samples"].values() for r in recs if r["condition"] == c and r.get("options")]
-        v = M.recording_consistency(a, b, seed=seed)
+        v = recording_consistency(a, b, seed=seed)
         if v is not None:
             overall[c] = v
     return {

@@ -259,8 +259,10 @@ def _checked(kw: dict) -> dict:
             f"model={type(model).__name__}: give an adapter name (see `python -m harness list`), "
             "module:Class, or a model_adapters.Adapter instance"
         )
-    if model is not None and _is_adapter(model) and (
-        kw.get("model_args") not in (None, "", {}) or kw.get("device") is not None
+    if (
+        model is not None
+        and _is_adapter(model)
+        and (kw.get("model_args") not in (None, "", {}) or kw.get("device") is not None)
     ):
         raise UsageError(
             f"model_args/device with an adapter instance ({model.name}): it is already built with "

@@ -5,23 +5,25 @@ import math
 import numpy as np
 import pytest
 
-from harness.scoring import metrics as M
+from harness.scoring import metrics
 from harness.task.prompts import build_prompt, rotate, scene_hint
 
 
 def test_bleu4_matches_hand_computation():
     # 1-gram 5/6 (the clipped), 2-gram 3/5, 3-gram 2/4, 4-gram 1/3, equal lengths (BP = 1)
     expected = 100 * (5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25
-    assert M.bleu4(["the cat sat on the mat"], ["the cat sat on a mat"]) == pytest.approx(expected, abs=1e-6)
+    assert metrics.bleu4(["the cat sat on the mat"], ["the cat sat on a mat"]) == pytest.approx(
+        expected, abs=1e-6
+    )
 
 
 def test_bootstrap_interval():
-    assert M.bootstrap_ci([1, 1, 1]) == [1.0, 1.0]
-    assert M.bootstrap_ci([]) is None
+    assert metrics.bootstrap_ci([1, 1, 1]) == [1.0, 1.0]
+    assert metrics.bootstrap_ci([]) is None
     v = [1] * 60 + [0] * 40
-    lo, hi = M.bootstrap_ci(v, seed=3)
+    lo, hi = metrics.bootstrap_ci(v, seed=3)
     assert lo < 0.6 < hi and hi - lo == pytest.approx(2 * 1.96 * math.sqrt(0.24 / 100), abs=0.03)
-    assert M.bootstrap_ci(v, seed=3) == [lo, hi]  # seeded: the same interval every run
+    assert metrics.bootstrap_ci(v, seed=3) == [lo, hi]  # seeded: the same interval every run
 
 
 def test_paired_accuracy_needs_both_variants_right():
@@ -33,7 +35,7 @@ def test_paired_accuracy_needs_both_variants_right():
         {"minimal_pair_id": "p3", "correct": True},  # its partner is missing: not a pair
         {"minimal_pair_id": "", "correct": False},
     ]
-    m = M.paired_accuracy(recs)
+    m = metrics.paired_accuracy(recs)
     assert (m["value"], m["n"]) == (0.5, 2)
 
 
@@ -43,7 +45,7 @@ def test_breakdown_by_layers():
         {"layers": ["event", "speech"], "correct": False},
         {"layers": ["speech"], "correct": True},
     ]
-    assert M.breakdown(recs, "layers") == {
+    assert metrics.breakdown(recs, "layers") == {
         "event+speech": {"value": 0.5, "n": 2},
         "speech": {"value": 1.0, "n": 1},
     }
@@ -52,15 +54,15 @@ def test_breakdown_by_layers():
 def test_one_minus_wer_on_quoted_speech():
     # reference 6 words, hypothesis drops one "the": WER 1/6
     d = 'An instructor says "check the fuel and flaps" while an engine starts.'
-    assert M.one_minus_wer(d, ["Check the fuel and the flaps."]) == pytest.approx(1 - 1 / 6)
-    assert M.quoted_speech("no quotes here") == "no quotes here"
-    assert M.quoted_speech("He says “hello there” and ‘bye’.") == "hello there bye"
-    assert M.one_minus_wer("words " * 40, ["short reference"]) == 0.0  # floored
-    assert M.one_minus_wer("anything", []) is None  # a scene without speech
+    assert metrics.one_minus_wer(d, ["Check the fuel and the flaps."]) == pytest.approx(1 - 1 / 6)
+    assert metrics.quoted_speech("no quotes here") == "no quotes here"
+    assert metrics.quoted_speech("He says “hello there” and ‘bye’.") == "hello there bye"
+    assert metrics.one_minus_wer("words " * 40, ["short reference"]) == 0.0  # floored
+    assert metrics.one_minus_wer("anything", []) is None  # a scene without speech
 
 
 def test_event_match_by_embeddings():
-    m = M.EmbeddingEventMatcher()
+    m = metrics.EmbeddingEventMatcher()
     d = "We are in a school hallway. A school bell rings loudly. Then the teacher speaks."
     assert m.share(d, ["A school bell rings.", "A dog barks in the distance."]) == 0.5
     assert m.share(d, []) is None
@@ -68,7 +70,7 @@ def test_event_match_by_embeddings():
 
 
 def test_bertscore_identical_and_empty():
-    f1 = M.bertscore_f1(["a dog barks in the park", ""], ["a dog barks in the park", "a cat"])
+    f1 = metrics.bertscore_f1(["a dog barks in the park", ""], ["a dog barks in the park", "a cat"])
     assert f1[0] == pytest.approx(1.0, abs=1e-5) and f1[1] == 0.0
 
 
@@ -79,13 +81,13 @@ def test_prompt_rotation_and_hint():
     assert scene_hint("airport gate") == "This audio is recorded in an airport gate.\n"
     p = build_prompt("{hint}{question}\n{options}", "Q?", ["a", "b"], "kitchen")
     assert p == "This audio is recorded in a kitchen.\nQ?\nA. a\nB. b"
-    assert np.isclose(M.mean_with_ci([0, 1])["value"], 0.5)
+    assert np.isclose(metrics.mean_with_ci([0, 1])["value"], 0.5)
 
 
-def _picked_a(s: M.Scored) -> dict:
+def _picked_a(s: metrics.Scored) -> dict:
     for r in s.ok:
         r["picked_a"] = float(r["parsed"] == "A")
-    return M.mean_with_ci([r["picked_a"] for r in s.ok], seed=s.context.seed)
+    return metrics.mean_with_ci([r["picked_a"] for r in s.ok], seed=s.context.seed)
 
 
 def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small, tmp_path, request):
@@ -107,10 +109,10 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     with pytest.raises(TaskConfigError, match=r"metrics: .*unknown metric\(s\) \['picked_a'\]"):
         load_task(yaml_path)
 
-    M.register_metric(
-        M.Metric(
+    metrics.register_metric(
+        metrics.Metric(
             "picked_a",
-            (M.MCQ,),
+            (metrics.MCQ,),
             _picked_a,
             higher_is_better=False,
             lmeval="picked_a",
@@ -118,7 +120,7 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
             label="Picked A",
         )
     )
-    request.addfinalizer(lambda: M.unregister_metric("picked_a"))
+    request.addfinalizer(lambda: metrics.unregister_metric("picked_a"))
     assert load_task(yaml_path).metrics == ["accuracy", "picked_a"]
     out = tmp_path / "out"
     rc, stdout, stderr = call_main(
@@ -171,7 +173,7 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
 
 def test_registering_a_metric_twice_or_for_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="'accuracy' is already registered"):
-        M.register_metric(M.Metric("accuracy", (M.MCQ,), _picked_a))
+        metrics.register_metric(metrics.Metric("accuracy", (metrics.MCQ,), _picked_a))
     with pytest.raises(ValueError, match=r"kinds \['open'\]"):
-        M.register_metric(M.Metric("x", ("open",), _picked_a))
-    assert "x" not in M.METRICS
+        metrics.register_metric(metrics.Metric("x", ("open",), _picked_a))
+    assert "x" not in metrics.METRICS

@@ -2,8 +2,8 @@
 place (os.replace), so a killed run never leaves a truncated file under a final name; the
 temp files of killed runs are removed at the start of the next run in that folder; and
 readers (`table`, `push`) only see complete runs: CASU's results JSON (`casu_results_*.json`;
-`results_*.json` before issue 25, now lm-eval's file) that parses, says it is complete, and whose
-sample logs are all there with the recorded SHA-256."""
+not lm-eval's `results_*.json` beside it) that parses, says it is complete, and whose sample logs
+are all there with the recorded SHA-256."""
 
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ def _non_finite(value, where: str) -> str | None:
 
 
 def _is_lm_eval_file(path: Path) -> bool:
-    """A `results_*.json` in lm-eval's schema (written beside CASU's own `casu_results_*.json`
-    since issue 25); an older harness wrote CASU's document under that name (top-level
+    """A `results_*.json` in lm-eval's schema (written beside CASU's own `casu_results_*.json`);
+    a folder written by an older harness may hold CASU's document under that name (top-level
     `schema_version`). A file that does not parse is not lm-eval's: it is reported as skipped."""
     try:
         doc = json.loads(path.read_text())

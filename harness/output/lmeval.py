@@ -21,7 +21,7 @@ import re
 
 from casu_dataset.contract import FULL_CONDITION
 from harness.output.files import checkpoint, run_key
-from harness.scoring import metrics as M
+from harness.scoring.metrics import METRICS
 
 
 def hash_string(text: str) -> str:
@@ -51,7 +51,7 @@ def task_results(task: str, conds: dict) -> dict:
         if m.get("predict_only"):  # lm-eval's predict_only: its "bypass" metric
             out[f"bypass,{filt}"] = 999
             out[f"bypass_stderr,{filt}"] = "N/A"
-        for metric in (x for x in M.METRICS.values() if x.lmeval):
+        for metric in (x for x in METRICS.values() if x.lmeval):
             v = (m.get(metric.name) or {}) if isinstance(m.get(metric.name), dict) else None
             if not v or v.get("value") is None:
                 continue
@@ -65,7 +65,7 @@ def higher_is_better(lmeval_name: str) -> bool:
     predict_only metric, is True in lm-eval)."""
     if lmeval_name == "bypass":
         return True
-    return {m.lmeval: m.higher_is_better for m in M.METRICS.values() if m.lmeval}[lmeval_name]
+    return {m.lmeval: m.higher_is_better for m in METRICS.values() if m.lmeval}[lmeval_name]
 
 
 def _metric_names(res: dict) -> list[str]:
@@ -145,7 +145,7 @@ def sample_lines(task: str, records: list[dict], generation: dict | None = None)
             metrics["acc"] = float(bool(r0.get("correct")) and "error" not in r0)
             if len(rs) > 1:
                 metrics["circular_acc"] = float(all(bool(r.get("correct")) and "error" not in r for r in rs))
-        for metric in M.METRICS.values():
+        for metric in METRICS.values():
             if metric.lmeval and metric.sample_key and isinstance(r0.get(metric.sample_key), (int, float)):
                 metrics[metric.lmeval] = float(r0[metric.sample_key])
         line = {

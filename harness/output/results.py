@@ -13,7 +13,7 @@ from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
 from harness.output.files import checkpoint, run_key
 from harness.output.lmeval import sample_lines, task_hash, view
-from harness.scoring import metrics as M
+from harness.scoring.metrics import MCQ, METRICS, TEXT
 
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 
@@ -145,7 +145,7 @@ def _pct(m: dict | None) -> str:
 
 def _columns(kind: str) -> list:
     """The registered metrics of a task kind that have a table column, in registry order."""
-    return [m for m in M.METRICS.values() if kind in m.kinds and m.label]
+    return [m for m in METRICS.values() if kind in m.kinds and m.label]
 
 
 def _acc_fam(m: dict | None) -> str:
@@ -172,7 +172,7 @@ def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
     r = doc["results"]
     sd = r.get(DESCRIPTION_TASK, {}).get(full, {})
     name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "") + mark
-    cells = [name, *(m.cell(sd.get(m.name)) for m in _columns(M.TEXT))]
+    cells = [name, *(m.cell(sd.get(m.name)) for m in _columns(TEXT))]
     limited = bool(doc.get("config", {}).get("limit"))
     cells += [
         _acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "")
@@ -189,11 +189,11 @@ def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
     fam = has_families(*docs)
     head = (
         "| Model | "
-        + "".join(m.label + " | " for m in _columns(M.TEXT))
+        + "".join(m.label + " | " for m in _columns(TEXT))
         + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order())
         + " |"
     )
-    sep = "|" + "---|" * (1 + len(_columns(M.TEXT)) + len(mcq_order()))
+    sep = "|" + "---|" * (1 + len(_columns(TEXT)) + len(mcq_order()))
     marks = other_data(docs)
     lines = [head, sep, *(_table1_row(d, full, marks.get(id(d), "")) for d in docs)]
     if marks:
@@ -295,8 +295,8 @@ def markdown(doc: dict) -> str:
     if len(doc["config"]["conditions"]) > 1:
         parts += ["## Table 2 (layer ablations)", "", table2(doc), ""]
     # The metrics shown with their interval lead, then the family shapes, then the other metrics.
-    lead = [m for m in _columns(M.MCQ) if m.with_ci]
-    rest = [m for m in _columns(M.MCQ) if not m.with_ci]
+    lead = [m for m in _columns(MCQ) if m.with_ci]
+    rest = [m for m in _columns(MCQ) if not m.with_ci]
     heads = [
         "Task",
         "Condition",
@@ -342,7 +342,7 @@ def robustness_table(doc: dict) -> str:
         "| acc R1 / R2 | family acc R1 / R2 |",
         "|---|---|---|---|---|---|---|",
     ]
-    metric = M.METRICS["recording_consistency"]
+    metric = METRICS["recording_consistency"]
 
     def row(task, cond, rc, a1, a2):
         return (

@@ -1,19 +1,20 @@
 """Requests in flight for adapters that call a server (`Adapter.concurrency` > 1).
 
-The sequential loop waits for each batch before sending the next, so with the default
-`--batch_size 1` an API adapter with `concurrency=8` had one request in flight (536 requests
-took 263 s). Here batches are sent from a pool of `concurrency` threads and their answers are
-cached in this thread as they arrive, so `concurrency` requests are in flight whatever the
-batch size (the adapter's own semaphore holds the exact bound). The audio is prepared in this
-thread (the decoder's cache is not thread-safe); a batch that fails is retried one request at
-a time, and a request that still fails is a failed sample, not the end of the run."""
+The sequential loop waits for each batch before sending the next, so with `--batch_size 1` an
+API adapter would have one request in flight. Here batches are sent from a pool of
+`concurrency` threads and their answers are cached in this thread as they arrive, so
+`concurrency` requests are in flight whatever the batch size (the adapter's own semaphore holds
+the exact bound). The audio is prepared in this thread (the decoder's cache is not
+thread-safe); a batch that fails is retried one request at a time, and a request that still
+fails is a failed sample, not the end of the run."""
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from model_adapters.base import AdapterError, Request
+from harness.run.batches import next_batch, requests_for
+from model_adapters.base import AdapterError
 
 
 def process_concurrently(
@@ -43,32 +44,10 @@ def process_concurrently(
     try:
         while i < len(todo) or pending:
             while i < len(todo) and len(pending) < width:  # keep `width` batches going
-                batch = [todo[i]]
-                while (
-                    len(batch) < batch_size
-                    and i + len(batch) < len(todo)
-                    and group(todo[i + len(batch)]) == group(batch[0])
-                ):
-                    batch.append(todo[i + len(batch)])
+                batch = next_batch(todo, i, group, batch_size)
                 i += len(batch)
-                units, reqs = [], []
-                for u in batch:
-                    try:
-                        reqs.append(
-                            Request(
-                                prompt=u.prompt,
-                                audio=prepare_audio(u),
-                                options=u.options,
-                                system=u.system,
-                                id=u.sample.id,
-                                task=u.task.task,
-                                kind="answer" if u.task.output_type == "multiple_choice" else "describe",
-                            )
-                        )
-                        units.append(u)
-                    except Exception as err:  # noqa: BLE001 - bad audio in one sample
-                        out[u.key] = {"error": f"{type(err).__name__}: {err}"}
-                        bar.update(1)
+                units, reqs = requests_for(batch, prepare_audio, out)
+                bar.update(len(batch) - len(units))  # the failed samples are done
                 if units:
                     pending[pool.submit(call, units, reqs)] = units
             if not pending:

@@ -23,6 +23,7 @@ import numpy as np
 from casu_dataset.core.llm.cache import ResponseCache
 from casu_dataset.core.redact import redact_known
 from casu_dataset.dataset.reader import Row
+from harness.run.batches import next_batch, requests_for
 from harness.run.concurrent import process_concurrently
 from harness.run.conditions import FULL, Condition
 from harness.run.data import CasuData
@@ -186,11 +187,11 @@ def interleave(units: list[Unit], group, batch_size: int) -> list[Unit]:
     """Units in run order: within a group (scoring mode + generation settings) by condition, scene,
     task, id, rotation, cut into batches; the groups' batches then merged in proportion, so that
     at any point each group is about as far along as the whole run. Slow groups (free-text
-    description) used to run first and made the progress bar's ETA 7x too long; now the rate seen
-    so far is the run's mean rate. Within a group, families (scenes outside a family) come in a
+    description) run first would make the progress bar's ETA several times too long; this way
+    the rate seen so far is the run's mean rate. Within a group, families (scenes outside a family) come in a
     hashed order, their scenes together: a family's variants share work (one transcript per clip,
     one blind score per question), and a `--limit` run's first families cover more tasks than its
-    last, so by-name order made the cost per unit drift over the run (cascade ETA 0.43x at 10%).
+    last, so by-name order would make the cost per unit drift over the run.
     Deterministic; results do not depend on order."""
     import hashlib
 
@@ -327,31 +328,8 @@ def process(
         return out
     i = 0
     while i < len(todo):
-        # the next batch: up to batch_size neighbouring units of one group
-        batch = [todo[i]]
-        while (
-            len(batch) < batch_size
-            and i + len(batch) < len(todo)
-            and group(todo[i + len(batch)]) == group(batch[0])
-        ):
-            batch.append(todo[i + len(batch)])
-        reqs, ok_units = [], []
-        for u in batch:
-            try:
-                reqs.append(
-                    Request(
-                        prompt=u.prompt,
-                        audio=_prepare_audio(u, data, adapter, state),
-                        options=u.options,
-                        system=u.system,
-                        id=u.sample.id,
-                        task=u.task.task,
-                        kind="answer" if u.task.output_type == "multiple_choice" else "describe",
-                    )
-                )
-                ok_units.append(u)
-            except Exception as err:  # bad audio in one sample: recorded, the rest go on
-                out[u.key] = {"error": f"{type(err).__name__}: {err}"}
+        batch = next_batch(todo, i, group, batch_size)
+        ok_units, reqs = requests_for(batch, lambda u: _prepare_audio(u, data, adapter, state), out)
         results = None
         if ok_units:
             try:

@@ -155,7 +155,7 @@ def breakdown(records: list[dict], key: str) -> dict:
 
 
 def recording_consistency(r1: list[dict], r2: list[dict], seed: int = 0) -> dict | None:
-    """Recording robustness (issue 27): the share of contrast families a model answers the same on
+    """Recording robustness: the share of contrast families a model answers the same on
     two realizations of the dataset (realization 2: every non-speech layer on another recording of
     the same bank type, `casu build --realization 2`): every question of every variant of the
     family (every rotation with --circular) got the same parsed answer on both. A model that heard

@@ -23,7 +23,7 @@ from pydantic import (
 from casu_dataset import contract
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
-from harness.scoring import metrics as M
+from harness.scoring.metrics import listable
 
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
@@ -87,7 +87,7 @@ class TaskConfig(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _known_metrics(cls, v):
-        known = M.listable()
+        known = listable()
         unknown = sorted(set(v) - set(known))
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(known)}")
@@ -121,7 +121,7 @@ class TaskConfig(BaseModel):
                 "answer_format 'letter' goes with output_type 'multiple_choice', "
                 "'free_text' with 'generate_until'"
             )
-        wrong = sorted(set(self.metrics) - set(M.listable(self.output_type)))
+        wrong = sorted(set(self.metrics) - set(listable(self.output_type)))
         if wrong:
             raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
         if mcq and "{options}" not in self.prompt_template:
