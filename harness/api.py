@@ -20,6 +20,8 @@ from harness.config import VERBOSITY, EvalConfig, UsageError, check_device
 from model_adapters.base import Adapter, AdapterError, ModelArgsError, parse_model_args
 
 log = logging.getLogger("harness")
+# Third-party loggers held at WARNING even under --verbosity DEBUG.
+QUIET_LOGGERS = ("matplotlib", "PIL", "urllib3", "filelock", "fsspec", "httpx", "httpcore", "asyncio")
 
 
 class Results(dict):
@@ -99,6 +101,8 @@ def set_verbosity(level: str | None) -> None:
     root.setLevel(level)
     for name in ("transformers", "datasets", "huggingface_hub", "harness", "model_adapters", "casu_dataset"):
         logging.getLogger(name).setLevel(level)
+    for name in QUIET_LOGGERS:  # their DEBUG lines (font lists, HTTP pools, locks) bury the run's own
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
 def make_judge(name: str | None):
@@ -129,8 +133,25 @@ def _check_no_collision(output_path, cache, dataset, robustness_dataset) -> None
         raise UsageError(describe(clash))
 
 
+def _check_creatable(out: str) -> None:
+    """UsageError unless --output_path is a folder this process can write, or can be made: its
+    nearest existing ancestor is a writable folder. Nothing is created here: a run that fails
+    before it writes leaves no empty folder behind."""
+    p = Path(os.path.abspath(os.path.expanduser(out)))
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"--output_path {out}: {probe} is a file, so the folder cannot be created")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "folder" if probe == p else f"folder ({probe} is not writable)"
+        raise UsageError(f"--output_path {out}: cannot create the {what} (Permission denied)")
+
+
 def check_paths(output_path: str | None, cache: str | None) -> None:
-    """UsageError when --output_path or --cache cannot be used; creates --output_path."""
+    """UsageError when --output_path or --cache cannot be used (nothing is created)."""
     out = output_path
     if out is not None:
         if out.lower().endswith((".json", ".jsonl")) and not os.path.isdir(out):
@@ -141,12 +162,7 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
             )
         if os.path.exists(out) and not os.path.isdir(out):
             raise UsageError(f"--output_path {out}: is a file, not a folder")
-        try:
-            os.makedirs(out, exist_ok=True)
-        except OSError as err:
-            raise UsageError(
-                f"--output_path {out}: cannot create the folder ({err.strerror or err})"
-            ) from None
+        _check_creatable(out)
     if cache and cache != "off":
         if os.path.isdir(cache):
             raise UsageError(
@@ -176,7 +192,7 @@ def _conditions(conditions: str):
     return parse_conditions(conditions)
 
 
-def _open_data(dataset: str, tasks, seed: int):
+def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
     from casu_dataset.dataset.reader import is_local
     from harness.run.data import CasuData, DatasetError
 
@@ -185,7 +201,12 @@ def _open_data(dataset: str, tasks, seed: int):
             f"--dataset {dataset}: no such folder (build one with `python -m casu_dataset build "
             f"--out {dataset}`, or give a Hub repo id ORG/NAME)"
         )
-    data = CasuData(dataset, seed=seed)
+    if full_check and not is_local(dataset):
+        raise UsageError(
+            f"--check_integrity: {dataset} is a Hub repo; the check reads a built folder's record "
+            "(download it, or drop the flag)"
+        )
+    data = CasuData(dataset, seed=seed, full_check=full_check)
     try:  # the data each task reads is checked before any model loads
         data.check_all(tasks)
     except DatasetError:
@@ -271,7 +292,8 @@ def simple_evaluate(
     `results_<date>.json`, CASU's `casu_results_<date>.json`, report, plots, and with
     `log_samples` both kinds of sample logs); `cache`: the response cache file (default
     <output_path>/cache.sqlite with an output path, else none; "off": none).
-    `limit`: an int (samples per task) or a fraction in (0, 1); `batch_size`: an int or "auto";
+    `limit`: an int (samples per task) or a fraction in (0, 1); `batch_size`: an int, "auto" or "auto:N"
+    (`max_batch_size` caps an automatic size);
     `gen_kwargs`: "k=v,..." or a dict merged over each task's generation settings.
     `system_instruction`: every request's system turn; `apply_chat_template`: True or a template
     name (see `Adapter.set_chat_template`); `num_fewshot`: 0 only and `fewshot_as_multiturn`: False
@@ -354,6 +376,8 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         check_device(str(raw_args["device"]) if raw_args.get("device") else None)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if c.trust_remote_code:
+        raw_args["trust_remote_code"] = "true" if _trust_remote_code(c.model, raw_args) else "false"
     if given is None:
         cls, checked_args = resolve_adapter(c.model, raw_args)  # AdapterError / ModelArgsError
     else:
@@ -364,10 +388,10 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     log.info(
         "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [x.name for x in conds], dataset
     )
-    data = _open_data(dataset, task_list, c.seed)
+    data = _open_data(dataset, task_list, c.seed, c.check_integrity)
     data2 = None
     if robustness_dataset is not None:
-        data2 = _open_data(robustness_dataset, task_list, c.seed)
+        data2 = _open_data(robustness_dataset, task_list, c.seed, c.check_integrity)
         same_path = os.path.realpath(os.path.expanduser(robustness_dataset)) == os.path.realpath(
             os.path.expanduser(dataset)
         )
@@ -397,8 +421,8 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     except ValueError as err:
         raise UsageError(str(err)) from None
     backend = make_judge(c.judge)
-    cache_obj = _open_cache(cache, output_path, on_cleaned)
-    batch = resolve_batch_size(c.batch_size, str(raw_args.get("device") or "cpu"))
+    cache_obj = _open_cache(cache, output_path, on_cleaned, c.cache_requests)
+    batch = resolve_batch_size(c.batch_size, str(raw_args.get("device") or "cpu"), c.max_batch_size)
     iters = metrics.BOOTSTRAP if c.bootstrap_iters is None else c.bootstrap_iters
     token = metrics.BOOTSTRAP_ITERS.set(iters)
     ev2 = None
@@ -556,7 +580,41 @@ def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str,
     }
 
 
-def _open_cache(cache: str | None, output_path, on_cleaned):
+class _Refreshing:
+    """--cache_requests refresh: every request goes to the model; its answer replaces the cached one."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def get(self, key: str):
+        return None
+
+    def put(self, key: str, value: str) -> None:
+        self.cache.put(key, value)
+
+
+def _trust_remote_code(model, raw_args: dict) -> bool:
+    """lm-eval's --trust_remote_code: the adapter's own `trust_remote_code` argument; refused for an
+    adapter that loads no remote code, naming it."""
+    from model_adapters.base import adapter_params
+    from model_adapters.registry import get_adapter
+
+    if isinstance(model, Adapter):
+        raise UsageError(
+            f"--trust_remote_code with an adapter instance ({model.name}): build it with "
+            "trust_remote_code=True"
+        )
+    if "trust_remote_code" not in adapter_params(get_adapter(model))[0]:
+        raise UsageError(
+            f"--trust_remote_code: {model} loads no code from the Hub (it has no trust_remote_code "
+            "argument); drop the flag"
+        )
+    if str(raw_args.get("trust_remote_code", "true")).lower() in ("false", "0", "no"):
+        raise UsageError("--trust_remote_code and --model_args trust_remote_code=false: give one of them")
+    return True
+
+
+def _open_cache(cache: str | None, output_path, on_cleaned, cache_requests: str | None = None):
     import sqlite3
 
     from casu_dataset.core.llm.cache import ResponseCache
@@ -569,8 +627,12 @@ def _open_cache(cache: str | None, output_path, on_cleaned):
     if cache == "off" or (cache is None and output_path is None):
         return None
     path = cache or os.path.join(str(output_path), "cache.sqlite")
+    if cache_requests == "delete" and os.path.isfile(path):
+        os.remove(path)
+        log.info("--cache_requests delete: removed %s", path)
     try:
-        return ResponseCache(path)
+        opened = ResponseCache(path)
+        return _Refreshing(opened) if cache_requests == "refresh" else opened
     except (sqlite3.Error, OSError) as err:
         from casu_dataset.core.errors import ResourceError, resource_message
 

@@ -8,6 +8,7 @@ A leaf module: it imports nothing else from the harness, so every stage can read
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,14 +150,25 @@ def check_device(device: str | None) -> None:
         raise ValueError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
 
 
-def resolve_batch_size(batch_size, device: str | None) -> tuple[int, bool]:
-    """(starting batch size, shrink on out-of-memory) for an int or 'auto'."""
-    if batch_size == "auto":
-        if device and device.startswith("cuda"):
-            return AUTO_CUDA_START, True
-        return AUTO_CPU_BATCH, False
+AUTO_BATCH = re.compile(r"auto(?::([1-9][0-9]*))?")
+
+
+def is_auto(batch_size) -> bool:
+    """`auto` or lm-eval's `auto:N` (N re-detections; CASU's auto halves on out-of-memory as it
+    goes, so N is recorded and changes nothing)."""
+    return isinstance(batch_size, str) and AUTO_BATCH.fullmatch(batch_size) is not None
+
+
+def resolve_batch_size(batch_size, device: str | None, max_batch_size: int | None = None) -> tuple[int, bool]:
+    """(starting batch size, shrink on out-of-memory) for an int, 'auto' or 'auto:N'; an automatic
+    size is at most `max_batch_size` (lm-eval's --max_batch_size)."""
+    if is_auto(batch_size):
+        start, shrink = (
+            (AUTO_CUDA_START, True) if device and device.startswith("cuda") else (AUTO_CPU_BATCH, False)
+        )
+        return (min(start, max_batch_size) if max_batch_size else start), shrink
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
+        raise ValueError(f"--batch_size: must be an integer >= 1, 'auto' or 'auto:N', got {batch_size!r}")
     return batch_size, False
 
 
@@ -209,6 +221,12 @@ def check_fewshot(num_fewshot, fewshot_as_multiturn) -> int:
     return 0
 
 
+CACHE_REQUESTS = ("true", "refresh", "delete")
+SAMPLES_WHY = (
+    "--samples: not supported: CASU scores a contrast family as a whole (family accuracy needs all "
+    "four variants of a question), so rows are not picked one by one; use --limit N (the first N "
+    "rows, whole families only) or --tasks to choose what runs"
+)
 # lm-eval's default is 100,000; ten times that still fits in memory for every CASU task.
 MAX_BOOTSTRAP_ITERS = 1_000_000
 VERBOSITY = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -304,8 +322,18 @@ def _checked(kw: dict) -> dict:
     if scoring not in SCORING:
         raise UsageError(f"--scoring {scoring!r}: use auto, generate or loglikelihood")
     batch_size = kw.get("batch_size", 1)
-    if batch_size != "auto" and (not _is_int(batch_size) or batch_size < 1):
-        raise UsageError(f"--batch_size: must be an integer >= 1 or 'auto', got {batch_size!r}")
+    if not is_auto(batch_size) and (not _is_int(batch_size) or batch_size < 1):
+        raise UsageError(f"--batch_size: must be an integer >= 1, 'auto' or 'auto:N', got {batch_size!r}")
+    max_batch = kw.get("max_batch_size")
+    if max_batch is not None and (not _is_int(max_batch) or max_batch < 1):
+        raise UsageError(f"--max_batch_size: must be an integer >= 1, got {max_batch!r}")
+    if kw.get("cache_requests") not in (None, *CACHE_REQUESTS):
+        raise UsageError(
+            f"--cache_requests {kw['cache_requests']!r}: one of true (use the response cache), refresh "
+            "(ask the model again and overwrite the cached answers), delete (remove the cache file first)"
+        )
+    if kw.pop("samples", None) is not None:  # lm-eval's keyword: refused, with the reason
+        raise UsageError(SAMPLES_WHY)
     for key in ("output_path", "dataset", "robustness_dataset"):
         if isinstance(kw.get(key), Path):
             kw[key] = str(kw[key])
@@ -348,7 +376,8 @@ class EvalConfig(BaseModel):
     output_path: str | None = None
     log_samples: bool = False
     include_path: list[str | Path] | None = None
-    batch_size: int | Literal["auto"] = 1
+    batch_size: int | str = 1  # an integer, "auto" or lm-eval's "auto:N"
+    max_batch_size: int | None = None  # lm-eval's: the largest automatic batch size
     seed: int = 0
     scene_hint: bool = False
     scoring: Literal["auto", "generate", "loglikelihood"] = "auto"
@@ -371,6 +400,12 @@ class EvalConfig(BaseModel):
     predict_only: bool = False
     write_out: bool = False
     verbosity: str | None = None
+    # lm-eval's --cache_requests: true (the response cache, as without it), refresh (ask the model
+    # again and overwrite its cached answers), delete (remove the cache file before the run)
+    cache_requests: str | None = None
+    check_integrity: bool = False  # every file of a --dataset folder checked against its build record
+    trust_remote_code: bool = False  # passed to the adapter's trust_remote_code (refused if it has none)
+    strict: bool = False  # a task with more than half of its answers unparsed fails the run (exit 7)
 
     def __init__(self, **keywords: Any) -> None:
         try:
@@ -395,46 +430,24 @@ class EvalConfig(BaseModel):
     @classmethod
     def from_cli(cls, args) -> EvalConfig:
         """The config of `python -m harness` (its parsed argparse namespace)."""
-        kw = {k: getattr(args, k) for k in CLI_FIELDS if hasattr(args, k)}
+        names = [*(n for n in cls.model_fields if n not in CLI_ONLY.values()), "use_cache"]
+        kw = {k: getattr(args, k) for k in names if hasattr(args, k)}
         kw["probe"] = not getattr(args, "no_probe", False)
         kw["progress"] = not getattr(args, "quiet", False)
+        if getattr(args, "samples", None) is not None:
+            kw["samples"] = args.samples  # refused with the reason (SAMPLES_WHY)
+        seeds = kw.pop("seed", 0)
+        if isinstance(seeds, (list, tuple)):  # lm-eval's --seed RANDOM[,NUMPY[,TORCH[,FEWSHOT]]]
+            names = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
+            kw.update({n: v for n, v in zip(names, seeds) if v is not None})
+            kw.setdefault("random_seed", 0)
+        else:
+            kw["seed"] = seeds
         return cls(**kw)
 
 
-# The flags of `python -m harness` that are EvalConfig fields under the same name; `--no_probe`
-# and `--quiet` are `probe` and `progress` turned off.
-CLI_FIELDS = (
-    "model",
-    "model_args",
-    "tasks",
-    "dataset",
-    "robustness_dataset",
-    "conditions",
-    "limit",
-    "output_path",
-    "log_samples",
-    "include_path",
-    "batch_size",
-    "seed",
-    "scene_hint",
-    "scoring",
-    "circular",
-    "judge",
-    "bert_model",
-    "cache",
-    "device",
-    "gen_kwargs",
-    "hf_hub_log_args",
-    "system_instruction",
-    "apply_chat_template",
-    "num_fewshot",
-    "fewshot_as_multiturn",
-    "bootstrap_iters",
-    "predict_only",
-    "write_out",
-    "use_cache",
-    "verbosity",
-)
+# The flags of `python -m harness` are EvalConfig's fields under the same names (and lm-eval's
+# `--use_cache`); `--no_probe` and `--quiet` are `probe` and `progress` turned off.
 CLI_ONLY = {"no_probe": "probe", "quiet": "progress"}
 
 

@@ -106,6 +106,9 @@ class Adapter:
     # --model_args keys users bring from lm-eval or transformers that this adapter does not take:
     # {key: why}; refused by name (ModelArgsError) before anything loads
     refused_args: ClassVar[dict[str, str]] = {}
+    # The config.json `model_type`s of the checkpoints the adapter loads: another is refused before
+    # any weights load (registry.check_checkpoint); empty: not checked
+    model_types: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **model_args):
         self.model_args = dict(model_args)

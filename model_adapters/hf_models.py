@@ -479,6 +479,7 @@ class Qwen2Audio(HFAudioLM):
     """Qwen2-Audio-7B-Instruct (audio encoder + Qwen2 LM); `<|AUDIO|>` placeholder; 30 s per clip."""
 
     name = "qwen2-audio"
+    model_types = ("qwen2_audio",)
     default_model = "Qwen/Qwen2-Audio-7B-Instruct"
     model_class = "Qwen2AudioForConditionalGeneration"
     max_audio_seconds = 30.0
@@ -525,6 +526,7 @@ class Qwen25Omni(_OmniThinker):
     """Qwen2.5-Omni-7B thinker (text output only), with Qwen's default system prompt."""
 
     name = "qwen2.5-omni"
+    model_types = ("qwen2_5_omni", "qwen2_5_omni_thinker")
     default_model = "Qwen/Qwen2.5-Omni-7B"
     model_class = "Qwen2_5OmniThinkerForConditionalGeneration"
     full_class = "Qwen2_5OmniForConditionalGeneration"
@@ -536,6 +538,7 @@ class Qwen3Omni(_OmniThinker):
     """Qwen3-Omni-30B-A3B-Instruct thinker (MoE, text output only)."""
 
     name = "qwen3-omni"
+    model_types = ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
     default_model = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
     model_class = "Qwen3OmniMoeThinkerForConditionalGeneration"
     full_class = "Qwen3OmniMoeForConditionalGeneration"
@@ -548,6 +551,7 @@ class AudioFlamingo3(HFAudioLM):
     """NVIDIA Audio Flamingo 3 (transformers port); `<sound>` placeholder, 30 s windows up to 10 min."""
 
     name = "audio-flamingo-3"
+    model_types = ("audioflamingo3",)
     default_model = "nvidia/audio-flamingo-3-hf"
     model_class = "AudioFlamingo3ForConditionalGeneration"
     max_audio_seconds = 600.0
@@ -557,6 +561,7 @@ class Phi4Multimodal(HFAudioLM):
     """Microsoft Phi-4-multimodal-instruct (native transformers class); `<|audio|>` placeholder."""
 
     name = "phi-4-multimodal"
+    model_types = ("phi4_multimodal",)
     default_model = "microsoft/Phi-4-multimodal-instruct"
     model_class = "Phi4MultimodalForCausalLM"
     max_audio_seconds = 1800.0
@@ -587,6 +592,7 @@ class Voxtral(HFAudioLM):
     """Mistral Voxtral (Mini 3B / Small 24B); mistral-common tokenizer, audio sent as WAV in the chat."""
 
     name = "voxtral"
+    model_types = ("voxtral",)
     default_model = "mistralai/Voxtral-Mini-3B-2507"
     model_class = "VoxtralForConditionalGeneration"
     supports_loglikelihood = False  # the mistral-common chat encoder has no "prompt + fixed reply" form

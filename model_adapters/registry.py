@@ -63,7 +63,64 @@ def resolve_adapter(name: str, model_args: str | dict | None = None) -> tuple[ty
     else:
         args = dict(model_args)
     cls = get_adapter(name)
-    return cls, check_model_args(cls, name, args)
+    checked = check_model_args(cls, name, args)
+    check_checkpoint(cls, name, checked)
+    return cls, checked
+
+
+def _checkpoint_config(pretrained: str, revision: str | None) -> dict | None:
+    """The checkpoint's config.json: a local folder's, or a Hub id's from the local cache (never
+    downloaded); None when there is none to read."""
+    import json
+    import os
+
+    path = os.path.join(os.path.expanduser(pretrained), "config.json")
+    if not os.path.isdir(os.path.expanduser(pretrained)):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(pretrained, "config.json", revision=revision)
+        except Exception:  # noqa: BLE001 - not a repo id: the load names it
+            return None
+        if not isinstance(found, str):
+            return None
+        path = found
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None  # no or unreadable config.json: loading it names the problem
+    return cfg if isinstance(cfg, dict) else None
+
+
+def check_checkpoint(cls: type[Adapter], name: str, args: dict) -> None:
+    """Refuse, before any weights load, a checkpoint made for another model family: its
+    config.json `model_type` is not one the adapter loads. Names the adapter, the model type and
+    the --model that loads it."""
+    types = getattr(cls, "model_types", ())
+    pretrained = args.get("pretrained") or getattr(cls, "default_model", None)
+    if not types or not pretrained:
+        return
+    cfg = _checkpoint_config(str(pretrained), args.get("revision"))
+    model_type = (cfg or {}).get("model_type")
+    if not model_type or model_type in types:
+        return
+    fits = [n for n in adapter_names() if model_type in getattr(_peek(n), "model_types", ())]
+    arch = ", ".join(cfg.get("architectures") or []) if cfg else ""
+    hint = f"--model {fits[0]} loads it" if fits else "no CASU adapter loads this model type"
+    raise ModelArgsError(
+        f"--model {name}: pretrained={pretrained} is a {model_type!r} checkpoint"
+        + (f" ({arch})" if arch else "")
+        + f", and {name} loads {', '.join(repr(t) for t in types)}; {hint}"
+    )
+
+
+def _peek(name: str):
+    """An adapter class, or None when its module cannot be imported here (an optional extra)."""
+    try:
+        return get_adapter(name)
+    except Exception:  # noqa: BLE001 - only used to suggest which adapter fits
+        return None
 
 
 def instantiate(cls: type[Adapter], name: str, checked_args: dict) -> Adapter:

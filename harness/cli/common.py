@@ -9,6 +9,7 @@ import sys
 from casu_dataset.core.errors import EXIT_RESOURCE  # 6, shared with the builder
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_SAMPLE_ERRORS, EXIT_HUB = 0, 2, 3, 4, 5
+EXIT_UNPARSED = 7  # --strict only
 __all__ = ["EXIT_RESOURCE"]  # the CLI's exit codes are all importable from here
 
 EXIT_CODES = """exit codes:
@@ -25,7 +26,9 @@ EXIT_CODES = """exit codes:
      repo); one line says which (after a run: the results stay on disk, and the line gives the
      `python -m harness push ...` command that sends them)
   6  a resource ran out: no space left, a file size limit, too long a path, no permission, no memory
-     (one line names the path; answers already received stay cached)"""
+     (one line names the path; answers already received stay cached)
+  7  --strict: more than half of a task's answers could not be parsed (without --strict the run
+     says so in one line and exits 0, as lm-eval does)"""
 
 
 def error_line(msg) -> None:
@@ -62,3 +65,11 @@ def flag_value(argv: list[str], flag: str) -> str | None:
         if a.startswith(flag + "="):
             return f"{flag} {a.split('=', 1)[1]}"
     return None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with lm-eval's flags refused in one line: the flag and why, and where the help is
+    (argparse's own error prints the whole usage first, 20 lines above the one that matters)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {self.prog}: {message} (all flags: `{self.prog} --help`)\n")

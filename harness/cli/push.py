@@ -3,15 +3,14 @@ model repo's .eval_results as a pull request."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from harness.cli.common import EXIT_CODES, EXIT_OK, EXIT_USAGE, HelpFormatter, error_line
+from harness.cli.common import EXIT_CODES, EXIT_OK, EXIT_USAGE, ArgumentParser, HelpFormatter, error_line
 
 
 def cmd_push(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m harness push",
         formatter_class=HelpFormatter,
         epilog=EXIT_CODES,
@@ -93,7 +92,7 @@ def cmd_push(argv: list[str]) -> int:
 
 
 def cmd_pr_eval_results(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m harness pr-eval-results",
         formatter_class=HelpFormatter,
         epilog=EXIT_CODES,

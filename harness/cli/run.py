@@ -4,6 +4,7 @@ tables and the summary lines on the terminal."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from harness.cli.common import (
@@ -11,6 +12,8 @@ from harness.cli.common import (
     EXIT_HUB,
     EXIT_OK,
     EXIT_SAMPLE_ERRORS,
+    EXIT_UNPARSED,
+    ArgumentParser,
     HelpFormatter,
     error_line,
     int_at_least,
@@ -29,7 +32,22 @@ def _limit(text: str):
 
 
 def _batch_size(text: str):
-    return "auto" if text == "auto" else int_at_least(1)(text)
+    from harness.config import is_auto
+
+    return text if is_auto(text) else int_at_least(1)(text)
+
+
+def _seeds(text: str) -> int | list[int | None]:
+    """lm-eval's --seed: one value, or up to four (python random, numpy, torch, few-shot), each an
+    integer >= 0 or None (not set)."""
+    parts = [x.strip() for x in text.split(",")]
+    if len(parts) == 1:
+        return int_at_least(0)(parts[0])
+    if len(parts) > 4:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: at most four values (random, numpy, torch, few-shot seeds)"
+        )
+    return [None if x.lower() == "none" else int_at_least(0)(x) for x in parts]
 
 
 def set_cli_verbosity(level: str) -> None:
@@ -42,7 +60,7 @@ def set_cli_verbosity(level: str) -> None:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m harness",
         description="Evaluate an audio language model on CASU tasks. Subcommands: list, validate, table, "
         "push, pr-eval-results (`python -m harness list`).",
@@ -88,8 +106,16 @@ def _run_parser() -> argparse.ArgumentParser:
         type=_batch_size,
         default=1,
         help="requests per model call, or 'auto': the largest that fits (CUDA: starts at "
-        f"{AUTO_CUDA_START} and halves on out-of-memory; CPU/API: {AUTO_CPU_BATCH}); results do not "
-        "depend on it",
+        f"{AUTO_CUDA_START} and halves on out-of-memory; CPU/API: {AUTO_CPU_BATCH}); lm-eval's 'auto:N' "
+        "is auto (the size halves on out-of-memory as the run goes, so N re-detections are not "
+        "needed); results do not depend on it",
+    )
+    p.add_argument(
+        "--max_batch_size",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="lm-eval's: the largest size --batch_size auto may choose",
     )
     p.add_argument(
         "--limit",
@@ -123,7 +149,12 @@ def _run_parser() -> argparse.ArgumentParser:
         "--log_samples", action="store_true", help="write every sample's prompt, output and score as JSONL"
     )
     p.add_argument(
-        "--seed", type=int_at_least(0), default=0, help="seeds masking noise, bootstrap and random baselines"
+        "--seed",
+        type=_seeds,
+        default=0,
+        help="seeds masking noise, bootstrap and random baselines; lm-eval's RANDOM,NUMPY,TORCH,FEWSHOT "
+        "form is accepted (CASU has one seed: numpy and torch must equal the first, None leaves one "
+        "unset; the few-shot seed is recorded, tasks are zero-shot)",
     )
     p.add_argument(
         "--conditions",
@@ -215,6 +246,41 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--write_out", "-w", action="store_true", help="lm-eval's: print each task's first prompt")
     p.add_argument(
+        "--cache_requests",
+        choices=["true", "refresh", "delete"],
+        default=None,
+        help="lm-eval's: true uses the response cache (as without the flag), refresh asks the model "
+        "again and overwrites the cached answers, delete removes the cache file before the run",
+    )
+    p.add_argument(
+        "--check_integrity",
+        action="store_true",
+        help="lm-eval's: before the run, hash every file of the --dataset folder against its build record",
+    )
+    p.add_argument(
+        "--trust_remote_code",
+        action="store_true",
+        help="lm-eval's: the adapter may run the checkpoint's own code from the Hub (adds "
+        "trust_remote_code=true to --model_args; refused for an adapter without that argument)",
+    )
+    p.add_argument(
+        "--show_config",
+        action="store_true",
+        help="lm-eval's: after the results, print the run's full config (every task's resolved YAML)",
+    )
+    p.add_argument(
+        "--samples",
+        default=None,
+        metavar="JSON",
+        help="lm-eval's; refused: CASU scores contrast families as wholes, use --limit N (whole families)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 7 when more than half of a task's answers could not be parsed (lm-eval, and CASU "
+        "without this flag, exit 0 and say so in one line)",
+    )
+    p.add_argument(
         "--use_cache",
         default=None,
         metavar="PATH",
@@ -232,6 +298,14 @@ def _yaml_defaults(path: str) -> dict:
         if field in values:
             values[flag] = not values.pop(field)
     return values
+
+
+def _samples_file(results_path, task: str):
+    """CASU's sample log of `task` beside the results JSON a run wrote."""
+    from harness.output.results import CASU_RESULTS, CASU_SAMPLES
+
+    stamp = results_path.stem.removeprefix(CASU_RESULTS)
+    return results_path.parent / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -278,20 +352,41 @@ def cmd_run(argv: list[str]) -> int:
             * 78,
             file=sys.stderr,
         )
-    if args.limit is not None:
+    if config.limit is not None:
         print(
             "\n"
             + "!" * 78
-            + f"\nWARNING: --limit {args.limit}: a SUBSET of each task was evaluated. These numbers are "
+            + f"\nWARNING: --limit {config.limit}: a SUBSET of each task was evaluated. These numbers are "
             "for quick checks,\nnot for reporting (n and 95% CIs are in the table; `push` refuses this "
             "run).\n" + "!" * 78,
             file=sys.stderr,
         )
     print(res.table())
+    from harness.output.results import conditions_ran, status_table, table2, unparsed_alarms
+
+    if conditions_ran(doc):
+        print("\nTable 2: accuracy / family accuracy (%) per layer condition\n" + table2(doc))
     if doc.get("robustness"):
         from harness.output.results import robustness_table
 
         print("\n" + robustness_table(doc))
+    print("\n" + status_table(doc))
+    alarms = unparsed_alarms(doc)
+    for a in alarms:
+        where = (
+            f"the answers are in {_samples_file(res.path, a['task'])}"
+            if res.path is not None and config.log_samples
+            else "rerun with --log_samples to see them (cached answers are not asked again)"
+        )
+        print(
+            f"WARNING: {a['task']}: {100 * a['unparsed']:.0f}% of {a['n']} answers could not be parsed "
+            f"({a['condition']}); its scores say little about the model; {where}",
+            file=sys.stderr,
+        )
+    if args.show_config:  # lm-eval's --show_config: the run's full config, every task's YAML
+        import yaml
+
+        print("\n--- config ---\n" + yaml.safe_dump(json.loads(json.dumps(doc["config"])), sort_keys=False))
     t = doc["timing"]
     print(
         f"\nresults: {res.path}  ({t['units']} requests, {t['cache_hits']} from cache, model "
@@ -301,7 +396,7 @@ def cmd_run(argv: list[str]) -> int:
     rows = sum(c["rows"] for c in n["per_task"].values())
     cut = f" (--limit: {n['samples']} of {rows} rows)" if n["samples"] != rows else ""
     print(
-        f"evaluated {n['requests']} requests over {n['samples']} samples from {args.dataset} "
+        f"evaluated {n['requests']} requests over {n['samples']} samples from {config.dataset} "
         f"(fingerprint {doc['dataset']['fingerprint']}){cut}"
     )
     if res.pushed and res.pushed["pushed"]:
@@ -324,4 +419,9 @@ def cmd_run(argv: list[str]) -> int:
     if res.pushed and not res.pushed["pushed"]:
         error_line(res.pushed["error"])  # one line: the repo, why, and the command that sends the saved run
         return EXIT_HUB
-    return EXIT_SAMPLE_ERRORS if doc["errors"] else EXIT_OK
+    if doc["errors"]:
+        return EXIT_SAMPLE_ERRORS
+    if config.strict and alarms:
+        error_line(f"--strict: {', '.join(sorted({a['task'] for a in alarms}))}: most answers unparsed")
+        return EXIT_UNPARSED
+    return EXIT_OK

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE, error_line
+from harness.cli.common import EXIT_OK, EXIT_USAGE, ArgumentParser, error_line
 
 
 def cmd_table(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m harness table", description="table 1 over every model's newest results in a folder"
     )
     p.add_argument("output_path", nargs="?", default="results")

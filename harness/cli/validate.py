@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from harness.cli.common import EXIT_OK, EXIT_USAGE
+from harness.cli.common import EXIT_OK, EXIT_USAGE, ArgumentParser
 
 
 def cmd_validate(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness validate", description="check task YAMLs")
+    p = ArgumentParser(prog="python -m harness validate", description="check task YAMLs")
     p.add_argument("paths", nargs="*", help="YAML files or folders (default: tasks/)")
     p.add_argument(
         "--dataset",

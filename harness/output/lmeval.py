@@ -136,7 +136,8 @@ def sample_lines(task: str, records: list[dict], generation: dict | None = None)
                 resps += [[[str(s), "None"]] for s in scores]
                 filtered += [[str(s), "None"] for s in scores]
             else:
-                args[f"gen_args_{len(args)}"] = {"arg_0": r["prompt"], "arg_1": json.dumps(generation or {})}
+                # lm-eval writes a generation request's (context, gen_kwargs) with gen_kwargs as an object
+                args[f"gen_args_{len(args)}"] = {"arg_0": r["prompt"], "arg_1": dict(generation or {})}
                 resps.append([str(r.get("response", ""))])
                 # the filter is CASU's answer parser: the letter it read ("" when unparsed)
                 filtered.append(str(r.get("parsed") or "") if mcq else str(r.get("response", "")))

@@ -268,6 +268,63 @@ def table2(doc: dict) -> str:
     return "\n".join(rows)
 
 
+# More than this share of a task's answers unparsed: the scores say little about the model
+# (the console says so in one line; --strict fails the run).
+UNPARSED_ALARM = 0.5
+
+
+def task_status(doc: dict) -> list[dict]:
+    """Per task and condition: requests scored (n), failed samples, and for multiple choice the
+    share of answers parsed and unparsed (None for free text, or when nothing was scored)."""
+    out = []
+    for task, by_cond in doc["results"].items():
+        for cond, m in by_cond.items():
+            un = (m.get("unparsed_rate") or {}).get("value")
+            out.append(
+                {
+                    "task": task,
+                    "condition": cond,
+                    "n": m.get("n", 0),
+                    "failed": m.get("n_errors", 0),
+                    "unparsed": un,
+                    "parsed": None if un is None else 1 - un,
+                }
+            )
+    return out
+
+
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def status_table(doc: dict) -> str:
+    """The console's per-task lines: parsed and unparsed answers, failed samples, (PARTIAL) when
+    --limit evaluated a subset."""
+    partial = doc["config"].get("limit") is not None
+    conds = doc["config"].get("conditions") or []
+    rows = ["| Task | Condition | n | Parsed | Unparsed | Failed |", "|---|---|---|---|---|---|"]
+    for s in task_status(doc):
+        name = s["task"] + (" (PARTIAL)" if partial else "")
+        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+        cond = s["condition"] if len(conds) > 1 or s["condition"] != FULL_CONDITION else "full"
+        rows.append(
+            f"| {name} | {cond} | {s['n']} | {_share(s['parsed'])} | {_share(s['unparsed'])} | {s['failed']} |"
+        )
+    return "\n".join(rows)
+
+
+def unparsed_alarms(doc: dict) -> list[dict]:
+    """The tasks (and conditions) where more than UNPARSED_ALARM of the answers were unparsed."""
+    return [
+        s for s in task_status(doc) if s["unparsed"] is not None and s["n"] and s["unparsed"] > UNPARSED_ALARM
+    ]
+
+
+def conditions_ran(doc: dict) -> bool:
+    """Whether the run had layer conditions besides the full mixture (Table 2 applies)."""
+    return any(c != FULL_CONDITION for c in doc["config"].get("conditions") or [])
+
+
 def markdown(doc: dict) -> str:
     parts = [
         f"# CASU results: {display_name(doc)}",

@@ -38,10 +38,12 @@ METRIC_COLUMNS = {"event_match": "event_descriptions", "one_minus_wer": "turns"}
 
 
 class CasuData:
-    def __init__(self, source: str | Path, seed: int = 0):
+    def __init__(self, source: str | Path, seed: int = 0, full_check: bool = False):
+        """`full_check`: every file of a built folder hashed against its build record before use
+        (--check_integrity); else sizes at once and each file's sha256 as it is read."""
         self.source = str(source)
         self.seed = seed
-        self.dataset = BuiltDataset(source)
+        self.dataset = BuiltDataset(source, full=full_check)
         self._tables: dict[tuple[str, str], Table] = {}
         self._samples: dict[tuple[str, str], list[Row]] = {}
         self._audio_cache: OrderedDict = OrderedDict()
