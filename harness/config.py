@@ -438,8 +438,8 @@ class EvalConfig(BaseModel):
             kw["samples"] = args.samples  # refused with the reason (SAMPLES_WHY)
         seeds = kw.pop("seed", 0)
         if isinstance(seeds, (list, tuple)):  # lm-eval's --seed RANDOM[,NUMPY[,TORCH[,FEWSHOT]]]
-            names = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
-            kw.update({n: v for n, v in zip(names, seeds) if v is not None})
+            seed_names = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
+            kw.update({n: v for n, v in zip(seed_names, seeds) if v is not None})
             kw.setdefault("random_seed", 0)
         else:
             kw["seed"] = seeds

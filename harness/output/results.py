@@ -305,11 +305,9 @@ def status_table(doc: dict) -> str:
     rows = ["| Task | Condition | n | Parsed | Unparsed | Failed |", "|---|---|---|---|---|---|"]
     for s in task_status(doc):
         name = s["task"] + (" (PARTIAL)" if partial else "")
-        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
         cond = s["condition"] if len(conds) > 1 or s["condition"] != FULL_CONDITION else "full"
-        rows.append(
-            f"| {name} | {cond} | {s['n']} | {_share(s['parsed'])} | {_share(s['unparsed'])} | {s['failed']} |"
-        )
+        shares = f"{_share(s['parsed'])} | {_share(s['unparsed'])}"
+        rows.append(f"| {name} | {cond} | {s['n']} | {shares} | {s['failed']} |")
     return "\n".join(rows)
 
 
