@@ -204,7 +204,7 @@ def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: lis
     every (family, layer, type) before anything is built."""
     from casu_dataset.dataset.build import BuildError
     from casu_dataset.dataset.executor import unit_key
-    from casu_dataset.mix.realization2 import variation_problems
+    from casu_dataset.mix.other_recordings import variation_problems
 
     problems = variation_problems(scenes, builder.retriever)
     if not problems:

@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import CasuError, LoadError
 
 # ---------------------------------------------------------------- tasks
 
@@ -51,7 +51,10 @@ class TaskSpec:
         return self.kind == "multiple_choice"
 
 
-class UnknownTaskError(CasuError, KeyError, ValueError):
+class UnknownTaskError(LoadError, KeyError):
+    """A task name no registered task has (get_task, casu_dataset.load); the message lists the
+    tasks. A LoadError (so a ValueError) for the loader's callers, a KeyError for a lookup by name."""
+
     def __str__(self):
         return str(self.args[0])
 

@@ -4,7 +4,7 @@
 errors below to exit codes and prints the table. Every input is checked before any model loads.
 
 Errors: `UsageError` (a bad argument, path, task YAML or dataset; the CLI's exit 2, and
-TaskConfigError / DatasetError / ModelArgsError are ValueErrors too) and
+TaskConfigError / LoadError / ModelArgsError are ValueErrors too) and
 `model_adapters.AdapterError` (the model cannot be loaded or run; exit 3).
 """
 
@@ -193,8 +193,8 @@ def _conditions(conditions: str):
 
 
 def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
-    from casu_dataset.dataset.reader import is_local
-    from harness.run.data import CasuData, DatasetError
+    from casu_dataset.dataset.reader import LoadError, is_local
+    from harness.run.data import CasuData
 
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
         raise UsageError(
@@ -209,7 +209,7 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
     data = CasuData(dataset, seed=seed, full_check=full_check)
     try:  # the data each task reads is checked before any model loads
         data.check_all(tasks)
-    except DatasetError:
+    except LoadError:
         raise
     except Exception as err:  # noqa: BLE001 - a Hub id that cannot be fetched: one line naming the flag
         from casu_dataset.core.hub import is_network_error
@@ -217,13 +217,13 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
         if not isinstance(err, (ConnectionError, OSError)) and not is_network_error(err):
             raise
         if is_local(dataset):
-            raise DatasetError(str(err)) from None
+            raise LoadError(str(err)) from None
         offline = (
             " (HF_HUB_OFFLINE=1: offline, only cached datasets load)"
             if os.environ.get("HF_HUB_OFFLINE") == "1"
             else ""
         )
-        raise DatasetError(f"--dataset {dataset}: cannot load it from the Hub{offline}: {err}") from None
+        raise LoadError(f"--dataset {dataset}: cannot load it from the Hub{offline}: {err}") from None
     return data
 
 

@@ -183,7 +183,7 @@ class Adapter:
             "version": self.version,
             "model_args": {k: str(v) for k, v in sorted(self.model_args.items())},
         }
-        if self.chat_template_name:  # only when chosen, so the default keeps earlier cache keys
+        if self.chat_template_name:  # only when chosen: the default keeps the cache keys on disk
             d["chat_template"] = self.chat_template_name
         return d
 

@@ -54,8 +54,8 @@ def cpu_threads(threads: int | None = None) -> int:
     """Torch threads for a CPU run: `threads`, else OMP_NUM_THREADS, else min(4, cores // 2)
     (about the physical cores under SMT, leaving room for audio decoding and other processes).
     Torch's default (every logical core) oversubscribes a small or shared machine: on 2 busy
-    cores the blind baseline took 22-75 s for 24 questions with 2 threads and 7-9 s with 1;
-    small models gain little past 4 threads."""
+    cores, 24 blind-baseline questions take 22-75 s with 2 threads and 7-9 s with 1; small
+    models gain little past 4 threads."""
     if threads is not None:
         if int(threads) < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")

@@ -127,7 +127,7 @@ class HFAudioLM(Adapter):
                 bnb_4bit_use_double_quant=bnb_4bit_use_double_quant,
             ).items()
             if v not in (None, False)
-        }  # only when given, so earlier fingerprints stay valid
+        }  # only when given, so a run without them keeps the fingerprint recorded for it
         super().__init__(
             pretrained=pretrained or self.default_model,
             dtype=dtype,

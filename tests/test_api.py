@@ -60,7 +60,7 @@ def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_pat
 
 def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path, monkeypatch):
     from harness import UsageError, simple_evaluate
-    from harness.run.data import DatasetError
+    from harness.run.data import LoadError
     from harness.task.config import TaskConfigError
     from model_adapters import AdapterError
 
@@ -85,7 +85,7 @@ def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path
     # know is a named error before any inference (issue 24: was one recorded error per sample).
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # an adapter that hears the audio
     with pytest.raises(
-        DatasetError, match="config 'scenes': row 0 .*annotation: version 99 is not supported"
+        LoadError, match="config 'scenes': row 0 .*annotation: version 99 is not supported"
     ):
         simple_evaluate(
             model="plugin_adapters:AudioHashAdapter",
@@ -95,7 +95,7 @@ def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path
             limit=1,
             probe=False,
         )
-    assert issubclass(DatasetError, ValueError)
+    assert issubclass(LoadError, ValueError)
 
 
 @pytest.fixture

@@ -543,7 +543,7 @@ def load_case(c: Ctx, d: Path) -> Outcome:
 def scenes_case(c: Ctx, kind: str) -> Outcome:
     """The stems the layer conditions render from, checked before inference (CasuData.check_scenes)."""
     from casu_dataset.core.audio_io import encode_flac
-    from harness.run.data import CasuData, DatasetError
+    from harness.run.data import CasuData, LoadError
 
     d = tiny_dataset(c.tmp / "sc", 2, "sc")
     from casu_dataset.contract import ANNOTATION_FORMAT, SUPPORTED_ANNOTATION_VERSIONS
@@ -587,7 +587,7 @@ def scenes_case(c: Ctx, kind: str) -> Outcome:
     else:
         pq.write_table(pa.Table.from_pylist(rows), f)
     data = CasuData(d)
-    return expect_error(lambda: data.check_scenes(data.samples(ROLE)), DatasetError)
+    return expect_error(lambda: data.check_scenes(data.samples(ROLE)), LoadError)
 
 
 def options_null_element(t):

@@ -17,7 +17,7 @@ import pytest
 from casu_dataset.core.audio_io import encode_flac
 from casu_dataset.dataset.build import CONFIGS, write_parquet
 from harness.output.files import atomic_write, clean_stale
-from harness.run.data import CasuData, DatasetError
+from harness.run.data import CasuData, LoadError
 from harness.task.config import TaskConfigError, load_task, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,12 +144,12 @@ def test_the_fingerprint_is_of_the_bytes_that_were_read(tmp_path):
 
 def test_bad_dataset_contents_fail_with_the_file_and_field(tmp_path, env):
     d = tiny_dataset(tmp_path / "ds", 2, "x", answer="E")  # a key outside the four options
-    with pytest.raises(DatasetError, match=r"role_inference.*row 0.*answer 'E'"):
+    with pytest.raises(LoadError, match=r"role_inference.*row 0.*answer 'E'"):
         CasuData(d).samples("role_inference")
-    with pytest.raises(DatasetError, match="no split 'dev'"):
+    with pytest.raises(LoadError, match="no split 'dev'"):
         CasuData(d).table("role_inference", "dev")
     (d / "role_inference" / "test-00000-of-00001.parquet").write_bytes(b"PAR1 truncated")
-    with pytest.raises(DatasetError, match="test-00000-of-00001.parquet: not a readable parquet"):
+    with pytest.raises(LoadError, match="test-00000-of-00001.parquet: not a readable parquet"):
         CasuData(d).samples("role_inference")
     p = harness(
         env,

@@ -123,12 +123,12 @@ def test_load_named_errors(casu_small, tmp_path):
         ConfigNotFound,
         DatasetNotFound,
         LoadError,
-        UnknownTask,
+        UnknownTaskError,
     )
 
     with pytest.raises(DatasetNotFound, match="no_such_folder"):
         casu_dataset.load(tmp_path / "no_such_folder", "contextual_reasoning")
-    with pytest.raises(UnknownTask, match="'nope'.*contextual_reasoning"):
+    with pytest.raises(UnknownTaskError, match="'nope'.*contextual_reasoning"):
         casu_dataset.load(casu_small, "nope")
     with pytest.raises(ConfigNotFound, match="split 'train'"):
         casu_dataset.load(casu_small, "contextual_reasoning", split="train")

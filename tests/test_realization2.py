@@ -206,7 +206,7 @@ def test_realization2_lock_records_skipped_families(tmp_path, session_cache):
     lock2 = read_lock(lock_path(lib, 2))
     assert rel.lock["mode"] == "written" and len(lock2.scenes) == 4 and len(lock2.skipped) == 4
     assert {s.split(".")[0] for s in lock2.skipped} == {"hs_dinner_who_gets_it"}
-    assert all("Realization2Error" in r and f"bank type {one!r}" in r for r in lock2.skipped.values())
+    assert all("OtherRecordingsError" in r and f"bank type {one!r}" in r for r in lock2.skipped.values())
     fol = _build(tmp_path / "o3", lib, tmp_path / "cold", lock=lock2, reference=r1_lock)
     assert fol.realization_summary()["reproduced"] == 4
     assert len(fol.skipped) == 4 and all("skipped as the lock records" in s["reason"] for s in fol.skipped)

@@ -3,10 +3,10 @@ a record by what determines it (scene cache, turn cache, LLM and harness respons
 faiss index cache, the build record's identity, adapter fingerprints).
 
 Canonical JSON is `json.dumps` with sorted keys and its default separators (", ", ": ") and
-`ensure_ascii=True`: the form the scene, turn and index keys and the build record were already
-made with, so the keys of caches users have on disk and of shipped records keep their values.
-The response caches were made with `ensure_ascii=False` (non-ASCII kept as UTF-8); they pass it,
-so their keys keep their values too. A value that is not JSON (a Path, a numpy number) is a
+`ensure_ascii=True`: the form of the scene, turn and index keys and of the build record, which
+the caches on users' disks and the shipped records hold, so another form would change them all.
+The response caches pass `ensure_ascii=False` (non-ASCII kept as UTF-8), the form of their keys
+on disk. A value that is not JSON (a Path, a numpy number) is a
 TypeError, never silently turned into a string that could collide with another value."""
 
 from __future__ import annotations

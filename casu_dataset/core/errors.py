@@ -43,6 +43,12 @@ class FieldError(CasuError):
         return "".join(name(p) if isinstance(p, Field) else p for p in self.parts)
 
 
+class LoadError(CasuError, ValueError):
+    """A built dataset that cannot be read as asked; the message names the folder or repo, the
+    config, the file or the field (from the harness, it starts with `--dataset`). Here, not in
+    dataset/reader.py, so that contract.UnknownTaskError can be one too."""
+
+
 # -- resources: a full disk, a file size limit, too long a name, no permission, no memory ---------
 
 #: The exit code of a run stopped by a resource (disk, file size limit, memory), in both CLIs.

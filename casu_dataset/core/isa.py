@@ -20,7 +20,7 @@ test-isa` runs the whole suite under each; tests/test_cross_cpu.py is the real-C
 - `CT2_FORCE_CPU_ISA` (CTranslate2, i.e. faster-whisper: GENERIC / AVX2 / AVX512),
 - `NPY_DISABLE_CPU_FEATURES` (numpy's dispatched ufunc loops, e.g. its AVX-512 SVML exp/sin),
 - `OPENBLAS_CORETYPE` (numpy's and scipy's OpenBLAS kernels).
-onnxruntime has no such override, which is why Piper no longer runs on it.
+onnxruntime has no such override, which is why Piper's graph runs on torch here (speech/piper_runtime.py).
 """
 
 from __future__ import annotations

@@ -22,21 +22,8 @@ from casu_dataset.dataset.reader import (
 )
 
 DEFAULT_NAME = "CASU-mini"
-# 3.2.0: Piper's speech on pinned kernels (the same samples on every x86-64 CPU; every Piper turn
-# changed in its last bits, so every scene with a Piper voice changed a little); both locks rewritten;
-# 3.1.1: realization 2 builds all 290 families (6 families whose realization-1 speech stem reaches
-# the peak limit on its own take one lower anti-clipping gain, recorded as speech_scale); realization
-# 1 unchanged but for ws_ev_next_one.anvil (its fill on blacksmith_anvil), the other 284 families of
-# realization 2 unchanged in audio; a ship's bell, a gong and a fountain moved to types of their own;
-# 3.1.0: every fill type has two or more recordings (38 families re-sounded or given a second
-# recording), 20 families on 14 more types, fills made true of both realizations' recordings, every
-# stem held under the peak limit (realization 2 built 284 of the 290 families);
-# 3.0.0: CASU-mini v3: more families over a bank of 145+ types, fills true of every recording of
-# their type (a second realization swaps each recording for another of its type);
-# 2.3.0: cues repaired (parrots not monkeys, a wasp clip, a building site for a market that sounded
-# like the restaurant, fills that say what the clip holds) over a bank grown from Debian main;
-# 2.2.0: portable numerics under a realization lock; 2.1.0: 40 slot families rewritten as crossed
-# ones (92 crossed, 36 slot); 2.0.0: contrast families (v2 library, family columns); 1.x: v1 scenes.
+# The built dataset's version (card, build settings, validity report): raised with any change to
+# what a build writes; casu_dataset/scenarios/README.md ("Dataset versions") says what each changed.
 DATASET_VERSION = "3.2.0"
 _HERE = Path(__file__).parent
 

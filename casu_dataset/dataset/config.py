@@ -131,7 +131,7 @@ class BuildConfig:
     command: the command line written into the card. progress: progress bars and notes on the
     console. realization: 1 (the dataset) or 2 (the same items, every non-speech layer on another
     recording of the same bank type, the speech and timelines unchanged; its own lock file
-    `realization2.lock.jsonl`, its own name; see casu_dataset/mix/realization2.py)."""
+    `realization2.lock.jsonl`, its own name; see casu_dataset/mix/other_recordings.py)."""
 
     out: str | Path
     scenarios: str | Path = "default"

@@ -36,16 +36,11 @@ __all__ = [
     "DatasetNotFound",
     "LoadError",
     "Row",
-    "UnknownTask",
+    "UnknownTaskError",
     "data_files",
     "load",
     "waveform",
 ]
-
-
-class UnknownTask(LoadError, UnknownTaskError):
-    def __str__(self):
-        return str(self.args[0])
 
 
 def _config_of(task: str) -> str:
@@ -53,7 +48,7 @@ def _config_of(task: str) -> str:
         return task
     spec = registered_task(task)
     if spec is None:
-        raise UnknownTask(
+        raise UnknownTaskError(
             f"unknown task {task!r} (tasks: {', '.join(t.name for t in tasks())}, {ALL_CONFIG})"
         )
     return spec.dataset_config
@@ -118,7 +113,9 @@ def decode_audio(batch: dict) -> dict:
 def load(path_or_repo: str | Path, task: str = ALL_CONFIG, split: str = "test") -> list[Row]:
     """The rows of one task (a task name, or `all` for every multiple-choice question) of a built
     CASU dataset: a local folder or a Hub dataset id. Raises DatasetNotFound, ConfigNotFound,
-    UnknownTask (all LoadError)."""
+    UnknownTaskError (all LoadError)."""
     if task == SCENES_CONFIG:
-        raise UnknownTask(f"{task!r} holds whole scenes, not task items: read it with datasets.load_dataset")
+        raise UnknownTaskError(
+            f"{task!r} holds whole scenes, not task items: read it with datasets.load_dataset"
+        )
     return BuiltDataset(path_or_repo).rows(_config_of(task), split)

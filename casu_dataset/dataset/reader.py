@@ -33,7 +33,7 @@ import numpy as np
 from casu_dataset.contract import FAMILY_FIELDS, LETTERS, SCENES_CONFIG, mcq_configs
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.audio_io import SAMPLE_RATE
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import LoadError
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a table is read
     import pyarrow as pa
@@ -41,17 +41,14 @@ if TYPE_CHECKING:  # annotations only: pyarrow is imported where a table is read
 ALL_CONFIG = "all"  # every multiple-choice question together (the card's default config)
 
 
-class LoadError(CasuError, ValueError):
-    """A built dataset that cannot be read as asked; the message names the folder or repo, the
-    config, the file or the field."""
-
-
 class DatasetNotFound(LoadError, FileNotFoundError):
-    pass
+    """No dataset at that path: nothing to read at all (build one there, or give another path),
+    where ConfigNotFound is a dataset that exists but lacks the config or split asked for."""
 
 
 class ConfigNotFound(LoadError):
-    pass
+    """The dataset exists but has no such config or split (a caller may skip it, as the review
+    page does for a config a folder lacks), where DatasetNotFound is no dataset at all."""
 
 
 def is_local(source: str | Path) -> bool:

@@ -35,7 +35,7 @@ RENDER_SOURCES = (
     "speech/*.py",
     "families/shared_timeline.py",
     "dataset/lock.py",
-    "mix/realization2.py",
+    "mix/other_recordings.py",
 )
 _CODE_ROOT = Path(__file__).parent.parent  # the casu_dataset package
 STEMS = ("mixture", "background", "speech", "events")
@@ -175,15 +175,19 @@ def build_unit(
 ) -> dict[str, tuple[dict, bool]]:
     """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
     A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision);
-    a realization-2 builder without one builds realization 2 (build_unit_r2)."""
+    a realization-2 builder without one builds realization 2 (build_unit_other_recordings)."""
     if getattr(builder, "lock", None) is not None:
         return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
     if getattr(builder, "realization", 1) == 2:
-        return build_unit_r2(unit, seed, builder, cache_dir, touched)
-    return _build_unit_r1(unit, seed, builder, cache_dir, touched)
+        return build_unit_other_recordings(unit, seed, builder, cache_dir, touched)
+    return _build_unit_first_realization(unit, seed, builder, cache_dir, touched)
 
 
-def _build_unit_r1(unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None):
+def _build_unit_first_realization(
+    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+):
+    """Realization 1 of a unit without a lock: each layer on the clip retrieval picks for it (near
+    ties drawn from the seed); a family's variants are built together (build_family)."""
     if getattr(unit[0], "family_id", ""):
         return build_family(
             unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched)
@@ -206,11 +210,11 @@ def reference_unit(
         return out
     return {
         sid: (b["annotation"], None)
-        for sid, (b, _) in _build_unit_r1(unit, seed, builder, cache_dir, touched).items()
+        for sid, (b, _) in _build_unit_first_realization(unit, seed, builder, cache_dir, touched).items()
     }
 
 
-def r2_key(scene, seed: int, builder, refs: dict) -> str:
+def other_recordings_key(scene, seed: int, builder, refs: dict) -> str:
     """The cache key of a realization-2 scene: what decides realization 1 (every variant of the
     unit: a family shares one non-speech headroom), the scene's bank types and this build's retrieval."""
     parts = [
@@ -222,15 +226,18 @@ def r2_key(scene, seed: int, builder, refs: dict) -> str:
     return content_key(parts + _index_settings(builder), 32)
 
 
-def build_unit_r2(
+def build_unit_other_recordings(
     unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
 ) -> dict[str, tuple[dict, bool]]:
-    """Realization 2 of a unit (casu_dataset/mix/realization2.py): scene id -> ({annotation, flac},
+    """Realization 2 of a unit (casu_dataset/mix/other_recordings.py): scene id -> ({annotation, flac},
     cache hit). The variants of a family are prepared together (they share one non-speech headroom)."""
-    from casu_dataset.mix import realization2 as R2
+    from casu_dataset.mix import other_recordings
 
     refs = reference_unit(unit, seed, builder, cache_dir, touched)
-    dirs = {s.script.id: cache_layout.scenes_dir(cache_dir) / r2_key(s, seed, builder, refs) for s in unit}
+    dirs = {
+        s.script.id: cache_layout.scenes_dir(cache_dir) / other_recordings_key(s, seed, builder, refs)
+        for s in unit
+    }
     if touched is not None:
         touched.extend(d.name for d in dirs.values())
     if all((d / "done").is_file() for d in dirs.values()):
@@ -239,20 +246,20 @@ def build_unit_r2(
     def named(scene, fn, *args):
         try:
             return fn(*args)
-        except R2.Realization2Error:
+        except other_recordings.OtherRecordingsError:
             raise
         except Exception as err:  # a failed mix check, an unreadable clip: named with the scene
-            raise R2.Realization2Error(
-                f"{R2.where(scene)}: realization 2: {type(err).__name__}: {err}"
+            raise other_recordings.OtherRecordingsError(
+                f"{other_recordings.where(scene)}: realization 2: {type(err).__name__}: {err}"
             ) from err
 
-    prepared = [named(s, R2.prepare, builder, s, seed, *refs[s.script.id]) for s in unit]
-    fam = R2.family_headroom(prepared, builder.mix_config.peak_limit)
+    prepared = [named(s, other_recordings.prepare, builder, s, seed, *refs[s.script.id]) for s in unit]
+    fam = other_recordings.family_headroom(prepared, builder.mix_config.peak_limit)
     out = {}
     for p in prepared:
         sid = p.scene.script.id
-        res = named(p.scene, R2.render, builder, p, fam)
-        R2.check_same_timeline(p.ann1, res.annotation)
+        res = named(p.scene, other_recordings.render, builder, p, fam)
+        other_recordings.check_same_timeline(p.ann1, res.annotation)
         out[sid] = (_store_built(dirs[sid], res), False)
     return out
 

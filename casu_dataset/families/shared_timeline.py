@@ -18,7 +18,9 @@ from casu_dataset.script.schema import SceneScript
 
 
 class FamilyBuildError(CasuError, RuntimeError):
-    """A variant that could not be built; the message names the family, the variant and the cause."""
+    """A variant that could not be built; the message names the family, the variant and the cause.
+    A failure while building a valid family (exit_code 1; a build reports the family as skipped and
+    goes on), where compile.FamilyError is a family file that breaks the format (exit_code 2)."""
 
     exit_code = 1
 

@@ -35,7 +35,7 @@ class SceneBuilder:
     tie_margin: float = 0.02
     cache: ClipCache | None = None
     lock: object | None = None  # a lock.Lock to follow: every scene realized from it
-    realization: int = 1  # 2: every non-speech layer on another recording (mix/realization2.py)
+    realization: int = 1  # 2: every non-speech layer on another recording (mix/other_recordings.py)
     reference: object | None = None  # realization 2: realization 1's lock.Lock (None: decided in the run)
 
     def __post_init__(self):

@@ -4,7 +4,7 @@ A contrast family is all four variants or nothing: a rejected family, or a rejec
 (kind scene, item a variant's scene id), removes the family's rows from every config. A
 family question (FAMILY/TASK) is rejected or edited in all four variants at once; an edit
 changes the shared question and option texts, never a variant's key. Scenes outside a family
-(v1) behave as before: a rejected scene takes its rows, question decisions apply per row."""
+(v1) are decided one by one: a rejected scene takes its rows, question decisions apply per row."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 Retrieval never falls back silently: a fill whose bank `type` the catalog does not have, or
 (on contrast families) whose best match is a clip of another type because the intended clips
-were rejected as unusable, is a build error naming the fill. Without this a fill with
-`type: no_such_bank_type` built, and an event whose intended clip was rejected took an
-unrelated clip (score 0.49). Clips without a type (Clotho beds) are never counted against a
+were rejected as unusable, is a build error naming the fill: without these checks a fill with
+a `type` the bank lacks would build, and an event whose intended clips were all rejected would
+get an unrelated clip. Clips without a type (Clotho beds) are never counted against a
 fill: their catalogs carry no bank types to compare with."""
 
 from __future__ import annotations

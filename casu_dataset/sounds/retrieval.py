@@ -16,8 +16,8 @@ one query behind a = 0 at p@1 (0.938 vs 0.944; README). a = 1 (descriptions only
 indirect queries (p@1 0.667 vs 0.800). `python -m casu_dataset retrieval-eval` prints it.
 
 Determinism: a GEMM kernel's float32 result depends on the CPU's instruction set (AVX2,
-AVX-512, AMX), the thread count and the batch shape, so the last bits of an embedding (and a
-recorded score) changed from machine to machine. The encoder runs in float64, where those
+AVX-512, AMX), the thread count and the batch shape, so in float32 the last bits of an embedding
+(and a recorded score) would differ from machine to machine. The encoder runs in float64, where those
 differences are ~1e-16, and embeddings are then rounded to multiples of 2**-QUANT_BITS: the
 rounded bytes are the same under every kernel (tests/test_portability.py runs the encoder
 under forced instruction sets), and every dot product of two of them is exact in float32

@@ -84,8 +84,8 @@ class WhisperChecker:
     ):
         # float32, not int8: CTranslate2's int8 kernels differ by instruction set (the AVX2 and
         # AVX-512 kernels hear "seatbelt fastened" as "seat look fast and"; GENERIC does not),
-        # so an int8 check's verdict depended on the CPU. float32 agreed under every forced ISA
-        # and is no slower on these CPUs (tests/test_portability.py).
+        # so an int8 check's verdict would depend on the CPU. float32 agrees under every forced
+        # ISA and is no slower on these CPUs (tests/test_portability.py).
         self.cpu_threads = cpu_threads or max(1, os.cpu_count() or 1)
         self.model_path = model_path or default_model_path()
         if not Path(self.model_path).exists():

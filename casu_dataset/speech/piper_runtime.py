@@ -7,7 +7,7 @@ float32) in a process started with `core.isa.PORTABLE_ENV`, so the same instruct
 every CPU. A build process that is not itself pinned talks to one such worker process
 (`PiperWorker`), started on first use and kept for the process's lifetime.
 
-Noise: with `noise=False` (CASU's default) the graph's noise is zero, as before. With
+Noise: with `noise=False` (CASU's default) the graph's noise is zero. With
 `noise=True`, Piper's default noise scales apply and the noise comes from a torch generator
 seeded from the sentence, so the livelier prosody is reproducible too.
 """

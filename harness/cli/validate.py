@@ -18,7 +18,8 @@ def cmd_validate(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from pathlib import Path
 
-    from harness.run.data import CasuData, DatasetError
+    from casu_dataset.dataset.reader import LoadError
+    from harness.run.data import CasuData
     from harness.task.config import (
         TaskConfigError,
         builtin_tasks_dir,
@@ -46,7 +47,7 @@ def cmd_validate(argv: list[str]) -> int:
                     data.check_all([cfg])  # also: a config with no rows
                     data.samples(cfg.dataset_config, cfg.split)  # every row parses (answers, audio)
                 print(f"ok  {cfg.task}")
-            except DatasetError as err:
+            except LoadError as err:
                 print(f"bad {cfg.task}: {err}", file=sys.stderr)
                 bad += 1
     return EXIT_USAGE if bad else EXIT_OK

@@ -24,11 +24,6 @@ from casu_dataset.core.audio_io import decode_bytes
 from casu_dataset.dataset.reader import BuiltDataset, LoadError, Row, SceneRow, Table
 from harness.run.conditions import Condition, render
 
-
-class DatasetError(LoadError):
-    """A `--dataset` that cannot be evaluated as asked (the message starts with the flag)."""
-
-
 # Columns a task reads from its config (beyond these, missing text columns read as empty).
 REQUIRED = {
     "multiple_choice": ["id", "scene_id", "audio", "question", "options", "answer"],
@@ -69,7 +64,7 @@ class CasuData:
         try:
             return read()
         except LoadError as err:  # the reader names the folder or repo; the harness names its flag
-            raise DatasetError(f"--dataset {err}") from None
+            raise LoadError(f"--dataset {err}") from None
 
     def check(self, task) -> None:
         """Fail before any model runs if the task's config lacks a column the task reads."""
@@ -87,7 +82,7 @@ class CasuData:
             self.check(t)
         empty = [t for t in tasks if not self.table(t.dataset_config, t.split).num_rows]
         if empty and len(empty) == len(tasks):
-            raise DatasetError(
+            raise LoadError(
                 f"--dataset {self.source}: "
                 + "; ".join(f"config {t.dataset_config!r} split {t.split!r} has no rows" for t in empty)
                 + f": task(s) {', '.join(t.task for t in empty)} would evaluate nothing"
@@ -109,7 +104,7 @@ class CasuData:
         have = self._scenes
         lost = sorted({s.scene_id for s in samples} - set(have))
         if lost:
-            raise DatasetError(
+            raise LoadError(
                 f"--dataset {self.source}: config 'scenes': no row for scene(s) {lost[:5]}"
                 f"{' ...' if len(lost) > 5 else ''} that questions use"
             )
@@ -153,7 +148,7 @@ class CasuData:
         else:
             sc = self._scenes.get(sample.scene_id)
             if sc is None:
-                raise DatasetError(
+                raise LoadError(
                     f"--dataset {self.source}: scene {sample.scene_id!r} has no stems in 'scenes'"
                 )
             stems = {
@@ -165,7 +160,7 @@ class CasuData:
                     sc.annotation, f"--dataset {self.source}: scene {sample.scene_id!r} annotation"
                 )
             except AnnotationError as err:
-                raise DatasetError(str(err)) from None
+                raise LoadError(str(err)) from None
             x = render(condition, stems, ann, self.seed)
         self.decode_seconds += time.perf_counter() - t0
         self._audio_cache[key] = x

@@ -23,7 +23,7 @@ class ResponseCache:
 
     @staticmethod
     def key(*parts) -> str:
-        # ensure_ascii=False: the form these keys were first made with (caches on disk stay valid)
+        # ensure_ascii=False: the form of the keys in the caches on disk (another form misses them all)
         return content_key(list(parts), ensure_ascii=False)
 
     def get(self, key: str) -> str | None:

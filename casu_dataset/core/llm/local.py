@@ -19,8 +19,10 @@ _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class ModelLoadError(CasuError, RuntimeError):
+    """A local LLM whose weights cannot be loaded (the offline SmolLM2 package or its GGUF file
+    missing, a model neither a folder nor in the Hugging Face cache); the message names it."""
+
     exit_code = 1
-    pass
 
 
 def smollm2_dir() -> Path:

@@ -1,5 +1,5 @@
-"""The second realization of a scene: the same scene with other recordings (issue 27, recording
-robustness).
+"""Another recording of each sound: the second realization of a scene, which measures whether a
+model answers from the kind of sound or from one recording of it.
 
 Realization 2 of a scene keeps everything of realization 1 that is not a recording: the speech
 (voices, TTS turns, their gains), the timeline (every turn and event onset, the event windows, the
@@ -29,7 +29,7 @@ same run):
 
 A layer whose bank type has no other usable recording cannot vary: `variation_problems` lists
 every such (family, layer, type) before anything is built (see api.build), and building one is a
-`Realization2Error` naming it; a recording is never silently reused.
+`OtherRecordingsError` naming it; a recording is never silently reused.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ REALIZATION = 2
 _PEAK_MARGIN = 1e-4
 
 
-class Realization2Error(CasuError, RuntimeError):
+class OtherRecordingsError(CasuError, RuntimeError):
     """A scene whose realization 2 cannot be built (a layer with no other recording of its bank
     type, a mixture that cannot fit realization 1's anti-clipping gain); the message names the
     family, the scene, the layer and the bank type."""
@@ -92,15 +92,15 @@ def layer_name(scene, key) -> str:
     return "background" if key == "background" else f"events.{scene.script.events[key].id}"
 
 
-def bank_type(scene, key, catalog, r1_clip: str | None = None) -> str:
+def bank_type(scene, key, catalog, reference_clip: str | None = None) -> str:
     """The layer's bank type: the family's (or v1 scene's) `types` entry, else the type of the
     clip realization 1 used; '' when neither says (a catalog without types)."""
     types = getattr(scene, "types", None) or {}
     name = "background" if key == "background" else scene.script.events[key].id
     t = types.get(name)
-    if not t and r1_clip:
+    if not t and reference_clip:
         try:
-            t = catalog[r1_clip].type
+            t = catalog[reference_clip].type
         except KeyError:
             t = ""
     return t or ""
@@ -169,7 +169,7 @@ def retrieve_other(builder, scene, ann1: dict) -> dict:
         t = bank_type(scene, key, r.catalog, ref[key])
         name = layer_name(scene, key)
         if not t:
-            raise Realization2Error(
+            raise OtherRecordingsError(
                 f"{where(scene, name)}: no bank type: realization 2 cannot pick another recording of "
                 "the same type"
             )
@@ -184,7 +184,7 @@ def retrieve_other(builder, scene, ann1: dict) -> dict:
                 **constraints,
             )[0]
         except RetrievalError:
-            raise Realization2Error(
+            raise OtherRecordingsError(
                 f"{where(scene, name)}: no usable {kind} recording of bank type {t!r} other than "
                 f"realization 1's {ref[key]}"
                 + (f" and this scene's {', '.join(sorted(used))}" if used else "")
@@ -333,7 +333,7 @@ def family_headroom(prepared: list[Prepared], peak_limit: float) -> FamilyGain:
     on the whole mixture (see the module docstring)."""
     g1 = prepared[0].clip_gain
     if any(p.clip_gain != g1 for p in prepared):  # realization 1 shares one gain per family
-        raise Realization2Error(
+        raise OtherRecordingsError(
             f"{where(prepared[0].scene)}: realization 1's variants do not share one anti-clipping gain"
         )
     if all(p.headroom[0] <= p.headroom[1] and p.headroom[1] > 0 for p in prepared):
@@ -406,6 +406,6 @@ def check_same_timeline(ann1: dict, ann2: dict) -> None:
         and [e["onset_samples"] for e in p1["events"]] == [e["onset_samples"] for e in p2["events"]]
     )
     if not same:
-        raise Realization2Error(
+        raise OtherRecordingsError(
             f"scene {ann1['scene_id']}: realization 2's timeline differs from realization 1's"
         )
