@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -178,12 +179,21 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
 
 
 def _tasks(tasks, include_path):
-    from harness.task.config import TaskConfig, load_tasks, select_tasks, with_builtins
+    from harness.task.config import TaskConfig, TaskConfigError, load_tasks, select_tasks, with_builtins
 
     if isinstance(tasks, (list, tuple)) and tasks and all(isinstance(t, TaskConfig) for t in tasks):
         return list(tasks)
     spec = ",".join(tasks) if isinstance(tasks, (list, tuple)) else str(tasks)
-    return select_tasks(spec, load_tasks(with_builtins(include_path)))
+    skipped: list[TaskConfigError] = []
+    loaded = load_tasks(with_builtins(include_path), skipped=skipped)
+    for err in skipped:  # lm-eval's habit: a task file that fails is named, the others run
+        print(f"warning: skipped a task file: {err}", file=sys.stderr)
+    try:
+        return select_tasks(spec, loaded)
+    except TaskConfigError as err:
+        if not skipped:
+            raise
+        raise TaskConfigError(f"{err}; task files skipped: {'; '.join(map(str, skipped))}") from None
 
 
 def _conditions(conditions: str):
@@ -382,6 +392,7 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         cls, checked_args = resolve_adapter(c.model, raw_args)  # AdapterError / ModelArgsError
     else:
         checked_args = raw_args
+    _check_sampling(task_list, type(given) if given is not None else cls, given.name if given else c.model)
     dataset, robustness_dataset, output_path, cache = c.dataset, c.robustness_dataset, c.output_path, c.cache
     _check_no_collision(output_path, cache, dataset, robustness_dataset)
     check_paths(output_path, cache)
@@ -578,6 +589,19 @@ def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str,
         },
         "overall": overall,
     }
+
+
+def _check_sampling(tasks, cls, name: str) -> None:
+    """A sampling setting (top_p, top_k) the adapter does not pass to its model is refused, named,
+    before anything loads: lm-eval would silently drop it."""
+    for t in tasks:
+        for key in ("top_p", "top_k"):
+            if getattr(t.generation, key) is not None and key not in cls.sampling_settings:
+                takes = ", ".join(sorted(cls.sampling_settings)) or "none of them"
+                raise UsageError(
+                    f"--gen_kwargs {key} (task {t.task}): {name} does not pass {key} to its model "
+                    f"(it takes max_new_tokens, do_sample, temperature, until; sampling settings: {takes})"
+                )
 
 
 class _Refreshing:

@@ -28,6 +28,8 @@ AUTO_CPU_BATCH = 8
 AUTO_CUDA_START = 64
 
 GEN_KEYS = ("max_new_tokens", "do_sample", "temperature")  # the task YAML's `generation` fields
+# lm-eval's --gen_kwargs keys beyond those (max_gen_toks is max_new_tokens under lm-eval's name)
+LMEVAL_GEN_KEYS = ("until", "max_gen_toks", "top_p", "top_k")
 
 # lm-eval's --hf_hub_log_args keys (EvaluationTracker) and their types
 HUB_LOG_ARGS = {
@@ -52,10 +54,19 @@ def _pairs(text: str, flag: str) -> dict[str, str]:
 
 def parse_gen_kwargs(text: str | dict | None) -> dict:
     """`max_new_tokens=16,do_sample=true,temperature=0.7` -> raw dict (typed by apply_gen_kwargs)."""
-    kw = dict(text) if isinstance(text, dict) else _pairs(text or "", "--gen_kwargs")
-    unknown = sorted(set(kw) - set(GEN_KEYS))
+    kw: dict[str, Any] = dict(text) if isinstance(text, dict) else _pairs(text or "", "--gen_kwargs")
+    unknown = sorted(set(kw) - set(GEN_KEYS) - set(LMEVAL_GEN_KEYS))
     if unknown:
-        raise ValueError(f"--gen_kwargs {unknown[0]}: not a generation setting; use {', '.join(GEN_KEYS)}")
+        raise ValueError(
+            f"--gen_kwargs {unknown[0]}: not a generation setting; use "
+            f"{', '.join(GEN_KEYS + LMEVAL_GEN_KEYS)}"
+        )
+    if "max_gen_toks" in kw:
+        if "max_new_tokens" in kw and str(kw["max_new_tokens"]) != str(kw["max_gen_toks"]):
+            raise ValueError("--gen_kwargs max_gen_toks and max_new_tokens: the same setting; give one")
+        kw["max_new_tokens"] = kw.pop("max_gen_toks")
+    if isinstance(kw.get("until"), str):  # one stop string (lm-eval: a string or a list)
+        kw["until"] = [kw["until"]]
     return kw
 
 

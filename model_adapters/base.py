@@ -32,9 +32,13 @@ class GenerationSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     num_beams: int = 1
+    top_k: int | None = None  # None: the model's default
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["top_k"] is None:  # recorded (and part of cache keys) only when set
+            del d["top_k"]
+        return d
 
     def check(self) -> "GenerationSettings":
         if self.max_new_tokens < 1:
@@ -109,6 +113,10 @@ class Adapter:
     # The config.json `model_type`s of the checkpoints the adapter loads: another is refused before
     # any weights load (registry.check_checkpoint); empty: not checked
     model_types: ClassVar[tuple[str, ...]] = ()
+    # The sampling settings (GenerationSettings fields beyond max_new_tokens, do_sample and
+    # temperature) the adapter passes to its model; a task or --gen_kwargs setting another is
+    # refused by name before anything loads
+    sampling_settings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **model_args):
         self.model_args = dict(model_args)

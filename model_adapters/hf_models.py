@@ -55,6 +55,7 @@ def _chat_template(path: str, tokenizer, revision: str | None = None) -> str | d
 class HFAudioLM(Adapter):
     """Base for transformers audio LMs; subclasses set the class names and the conversation."""
 
+    sampling_settings = frozenset({"top_p", "top_k"})  # passed to generate() when sampling
     default_model = ""
     model_class = ""
     supports_loglikelihood = True
@@ -424,6 +425,8 @@ class HFAudioLM(Adapter):
         )
         if settings.do_sample:
             gen.update(temperature=settings.temperature, top_p=settings.top_p)
+            if settings.top_k is not None:
+                gen["top_k"] = settings.top_k
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         out = self.generation_model().generate(**batch, **gen, pad_token_id=pad)
         n = batch["input_ids"].shape[1]

@@ -47,7 +47,7 @@ def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_pat
     # lm-eval style: every task's full resolved config is recorded with the results
     cfg = res["config"]["task_configs"]["role_inference"]
     assert (
-        cfg == load_tasks()["role_inference"].model_dump(mode="json")
+        cfg == load_tasks()["role_inference"].resolved()
         and cfg["generation"]["max_new_tokens"] == 32
     )
     # No output path: nothing written, the same numbers (the random model is seeded per request).

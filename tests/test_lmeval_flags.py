@@ -144,3 +144,20 @@ def test_a_checkpoint_of_another_family_is_refused_before_its_weights(casu_small
     assert "'qwen2_audio' checkpoint (Qwen2AudioForConditionalGeneration)" in err
     assert "qwen2.5-omni loads 'qwen2_5_omni'" in err and "--model qwen2-audio loads it" in err
     assert time.perf_counter() - t0 < 10 and not (tmp_path / "out").exists()
+
+
+def test_gen_kwargs_take_lmevals_keys_or_name_what_the_adapter_cannot_do(casu_small, tmp_path):
+    from harness.config import parse_gen_kwargs
+
+    assert parse_gen_kwargs("until=</s>,max_gen_toks=64") == {"until": ["</s>"], "max_new_tokens": "64"}
+    argv = ["--tasks", "scene_description", "--gen_kwargs"]
+    rc, _, err = _run(casu_small, tmp_path, *argv, "until=.,max_gen_toks=16")
+    assert rc == 0, err
+    gen = _doc(tmp_path)["generation"]["scene_description"]
+    assert gen["until"] == ["."] and gen["max_new_tokens"] == 16
+    rc, _, err = _run(casu_small, tmp_path, *argv, "do_sample=true,temperature=0.7,top_k=5")
+    assert rc == 2 and "top_k" in err and "random does not pass top_k" in err
+    rc, _, err = _run(casu_small, tmp_path, *argv, "top_p=0.9")
+    assert rc == 2 and "top_p has no effect without do_sample" in err
+    rc, _, err = _run(casu_small, tmp_path, *argv, "beams=4")
+    assert rc == 2 and "not a generation setting" in err and "max_gen_toks" in err

@@ -6,9 +6,14 @@ from harness.cli.common import EXIT_OK
 
 
 def print_tasks(include_path=None) -> int:
-    from harness.task.config import load_tasks, with_builtins
+    import sys
 
-    print_task_table(load_tasks(with_builtins(include_path)))
+    from harness.task.config import TaskConfigError, load_tasks, with_builtins
+
+    skipped: list[TaskConfigError] = []
+    print_task_table(load_tasks(with_builtins(include_path), skipped=skipped))
+    for err in skipped:
+        print(f"skipped a task file: {err}", file=sys.stderr)
     return EXIT_OK
 
 

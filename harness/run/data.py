@@ -70,8 +70,31 @@ class CasuData:
         """Fail before any model runs if the task's config lacks a column the task reads."""
         t = self.table(task.dataset_config, task.split)
         need = REQUIRED[task.output_type] + [c for m, c in METRIC_COLUMNS.items() if m in task.metrics]
+        if task.is_lmeval_style:  # its templates name the columns they read (checked row by row below)
+            need = [c for c in need if c in ("id", "scene_id", "audio")] + [
+                c for m, c in METRIC_COLUMNS.items() if m in task.metrics
+            ]
+            if task.output_type == "generate_until" and task.doc_to_target is None:
+                need.append("reference")
         self._read(lambda: t.require(need, f"which task {task.task!r} ({task.output_type}) needs"))
-        self.samples(task.dataset_config, task.split)  # every row parses before any model runs
+        rows = self.samples(task.dataset_config, task.split)  # every row parses before any model runs
+        if task.is_lmeval_style:
+            self._check_templates(task, rows)
+
+    def _check_templates(self, task, rows: list[Row]) -> None:
+        """Every row renders through an lm-eval-style task's templates (prompt, choices, target)."""
+        from harness.task.lmeval_yaml import LmEvalYamlError
+        from harness.task.prompts import item, task_prompt
+
+        for row in rows:
+            try:
+                options, _, _ = item(task, row)
+                task_prompt(task, row, options, row.place)
+            except LmEvalYamlError as err:
+                raise LoadError(
+                    f"--dataset {self.source}: task {task.task!r}, row {row.id!r} of config "
+                    f"{task.dataset_config!r}: {err}"
+                ) from None
 
     def check_all(self, tasks) -> None:
         """Every task's config checked; "evaluated 0 requests" with exit 0 is a wrong result, so a

@@ -150,6 +150,12 @@ def _text_breakdown(recs, key):
     return {k: {"bertscore": sum(v) / len(v), "n": len(v)} for k, v in sorted(groups.items())}
 
 
+def generation_record(task: TaskConfig) -> dict:
+    """A task's generation settings as recorded (lm-eval's gen_kwargs): `until` only when set."""
+    until = task.generation.until
+    return {**settings_for(task).to_dict(), **({"until": until} if until else {})}
+
+
 def evaluate(
     adapter: Adapter,
     tasks: list[TaskConfig],
@@ -295,7 +301,7 @@ def evaluate(
             "conditions": len(conds),
             "per_task": counts,
         },
-        "generation": {t.task: settings_for(t).to_dict() for t in tasks},
+        "generation": {t.task: generation_record(t) for t in tasks},
         "scoring": {t.task: per_task[t.task][0].mode if per_task[t.task] else None for t in tasks},
         # overhead: everything before scoring that is not the model (data, audio, prompts, cache)
         "timing": {

@@ -29,7 +29,7 @@ from harness.run.conditions import FULL, Condition
 from harness.run.data import CasuData
 from harness.scoring.parsing import LETTERS, parse_choice
 from harness.task.config import TaskConfig
-from harness.task.prompts import build_prompt, rotate
+from harness.task.prompts import item, rotate, task_prompt
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 
@@ -45,6 +45,7 @@ class Unit:
     answer: str
     key: str = ""
     system: str | None = None  # --system_instruction: the request's system turn
+    reference: str | None = None  # an lm-eval-style text task's doc_to_target (None: the row's)
     audio_override: object = None  # the audio probe: "silence", or another Row whose audio is played
 
 
@@ -82,7 +83,11 @@ def _h(parts: list) -> str:
 def settings_for(task: TaskConfig) -> GenerationSettings:
     g = task.generation
     return GenerationSettings(
-        max_new_tokens=g.max_new_tokens, do_sample=g.do_sample, temperature=g.temperature
+        max_new_tokens=g.max_new_tokens,
+        do_sample=g.do_sample,
+        temperature=g.temperature,
+        top_p=1.0 if g.top_p is None else g.top_p,
+        top_k=g.top_k,
     ).check()
 
 
@@ -114,16 +119,19 @@ def make_units(
     settings = settings_for(task).to_dict()
     units = []
     for s in samples:
+        options, answer, reference = item(task, s)
         for c in conditions:
-            for r in range(len(s.options)) if (circular and mcq) else [0]:
-                opts, ans = rotate(s.options, s.answer, r) if mcq else ([], "")
-                prompt = build_prompt(task.prompt_template, s.question, opts, s.place if scene_hint else None)
-                u = Unit(task, s, c, r, mode, prompt, opts, ans, system=system)
-                # the system instruction joins the key only when given, so earlier keys stay valid
+            for r in range(len(options)) if (circular and mcq) else [0]:
+                opts, ans = rotate(options, answer, r) if mcq else ([], "")
+                prompt = task_prompt(task, s, opts, s.place if scene_hint else None)
+                u = Unit(task, s, c, r, mode, prompt, opts, ans, system=system, reference=reference)
+                # the system instruction and stop strings join the key only when given, so earlier
+                # keys stay valid
                 u.key = _h(
                     base_key
                     + [task.task, task.version, s.id, c.name, r, mode, prompt, opts, settings]
                     + ([{"system": system}] if system is not None else [])
+                    + ([{"until": task.generation.until}] if task.generation.until else [])
                 )
                 units.append(u)
     return units
@@ -393,6 +401,10 @@ def score_unit(u: Unit, res: dict, judge=None) -> dict:
         )
     if "error" in res:
         return dict(rec, error=res["error"], correct=False, parsed=None, method="error")
+    response = res.get("response")
+    if isinstance(response, str) and u.task.generation.until:  # lm-eval's `until`: cut at the first stop
+        for stop in u.task.generation.until:
+            response = response.split(stop, 1)[0]
     if u.task.output_type == "multiple_choice":
         if u.mode == "loglikelihood":
             sc = res["scores"]
@@ -400,13 +412,15 @@ def score_unit(u: Unit, res: dict, judge=None) -> dict:
             letter = LETTERS[best[0]] if len(best) == 1 else None  # a tie is not broken at random
             rec.update(scores=sc, parsed=letter, method="loglikelihood" if letter else "unparsed")
         else:
-            p = parse_choice(res["response"], u.options, judge=judge, question=s.question)
-            rec.update(response=res["response"], parsed=p.letter, method=p.method)
+            p = parse_choice(
+                res["response"] if response is None else response, u.options, judge=judge, question=s.question
+            )
+            rec.update(response=response, parsed=p.letter, method=p.method)
         rec["correct"] = rec["parsed"] == u.answer
     else:
         rec.update(
-            response=res["response"],
-            reference=s.reference,
+            response=response,
+            reference=s.reference if u.reference is None else u.reference,
             event_descriptions=s.event_descriptions,
             turns=s.turns,
         )

@@ -24,6 +24,7 @@ from casu_dataset import contract
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
 from harness.scoring.metrics import listable
+from harness.task.lmeval_yaml import LmEvalYamlError, is_group, is_lmeval_task, to_task_config
 
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
@@ -54,6 +55,18 @@ class Generation(BaseModel):
     max_new_tokens: int = Field(64, ge=1, le=4096)
     do_sample: bool = False
     temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    # lm-eval's `until`: stop strings; the answer is cut at the first one, as lm-eval cuts it
+    until: list[str] | None = None
+    # nucleus and top-k sampling (with do_sample); only adapters that pass them on take them
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=1)
+
+    @field_validator("until")
+    @classmethod
+    def _stops(cls, v):
+        if v is not None and any(not s for s in v):
+            raise ValueError("an empty stop string would cut every answer to nothing")
+        return v or None
 
     @model_validator(mode="after")
     def _sampling(self):
@@ -65,6 +78,12 @@ class Generation(BaseModel):
                 f"temperature {self.temperature} has no effect without do_sample: true "
                 "(decoding is greedy); set do_sample: true or drop temperature"
             )
+        for name in ("top_p", "top_k"):
+            if not self.do_sample and getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name} has no effect without do_sample: true (decoding is greedy); set "
+                    f"do_sample: true (and a temperature) or drop {name}"
+                )
         return self
 
 
@@ -83,6 +102,12 @@ class TaskConfig(BaseModel):
     metrics: list[str]
     generation: Generation = Generation()
     breakdowns: list[Literal["speech_type", "place", "layers"]] = []
+    # A task written the lm-eval way (task/lmeval_yaml.py): Jinja templates over the row's columns
+    # instead of prompt_template; None for CASU's own schema.
+    doc_to_text: str | None = None
+    doc_to_choice: str | list[str] | None = None
+    doc_to_target: str | int | None = None
+    lmeval_source: dict | None = None  # lm-eval keys recorded but not read (dataset_path, ...)
 
     @field_validator("metrics")
     @classmethod
@@ -98,6 +123,8 @@ class TaskConfig(BaseModel):
     @field_validator("prompt_template")
     @classmethod
     def _template_fields(cls, v):
+        if v == "":  # an lm-eval-style task: doc_to_text (checked in _consistent)
+            return v
         names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
         unknown = sorted(names - TEMPLATE_FIELDS)
         if unknown:
@@ -124,8 +151,12 @@ class TaskConfig(BaseModel):
         wrong = sorted(set(self.metrics) - set(listable(self.output_type)))
         if wrong:
             raise ValueError(f"metric(s) {wrong} do not apply to {self.output_type} tasks")
-        if mcq and "{options}" not in self.prompt_template:
+        if (self.doc_to_text is None) == (self.prompt_template == ""):
+            raise ValueError("give prompt_template (CASU's schema) or doc_to_text (lm-eval's), one of them")
+        if mcq and self.doc_to_text is None and "{options}" not in self.prompt_template:
             raise ValueError("a multiple-choice prompt_template must contain {options}")
+        if mcq and self.doc_to_text is not None and self.doc_to_choice is None:
+            raise ValueError("doc_to_choice: required with doc_to_text for a multiple-choice task")
         # The contract's registry: a registered task's YAML must agree with it, and CASU's own
         # configs hold one kind of row (questions with options, or descriptions with references).
         if self.dataset_config == contract.SCENES_CONFIG:
@@ -160,9 +191,14 @@ class TaskConfig(BaseModel):
         spec = contract.registered_task(self.task)
         return spec.short if spec else self.task
 
+    @property
+    def is_lmeval_style(self) -> bool:
+        return self.doc_to_text is not None
+
     def resolved(self) -> dict:
-        """The full config as used (defaults filled in), recorded with the results as lm-eval does."""
-        return self.model_dump(mode="json")
+        """The full config as used (defaults filled in), recorded with the results as lm-eval does
+        (the lm-eval-style fields only when the task has them)."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 def load_task(path: str | Path) -> TaskConfig:
@@ -179,29 +215,83 @@ def load_task(path: str | Path) -> TaskConfig:
         raise TaskConfigError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
         raise TaskConfigError(f"{path}: expected a mapping at the top level")
+    lmeval = is_lmeval_task(data)
+    if lmeval:
+        try:
+            data = to_task_config(data, path)
+        except LmEvalYamlError as err:
+            raise TaskConfigError(f"{path}: {err}") from None
     try:
         cfg = TaskConfig.model_validate(data)
     except ValidationError as err:
         msgs = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors())
         raise TaskConfigError(f"{path}: {msgs}") from None
-    if cfg.task != path.stem:
+    if not lmeval and cfg.task != path.stem:  # lm-eval names a task in the file, not by its name
         raise TaskConfigError(f"{path}: task: {cfg.task!r} must match the file name {path.stem!r}")
     return cfg
 
 
-def load_tasks(dirs: Sequence[str | Path] | None = None) -> dict[str, TaskConfig]:
-    """Every *.yaml / *.yml under the given folders (default: the built-in tasks), keyed by task name."""
+def load_tasks(
+    dirs: Sequence[str | Path] | None = None, skipped: list[TaskConfigError] | None = None
+) -> dict[str, TaskConfig]:
+    """Every *.yaml / *.yml under the given folders (default: the built-in tasks), keyed by task
+    name; lm-eval group files (`group:` with a `task:` list) tag the tasks they list.
+
+    With `skipped` (a list), a file that fails validation is left out and its error appended,
+    so the other tasks still run (lm-eval's habit); without it the first error is raised."""
     out: dict[str, TaskConfig] = {}
+    groups: list[tuple[Path, str, list]] = []
     for d in dirs or [builtin_tasks_dir()]:
         d = Path(d)
         if not d.is_dir():
             raise TaskConfigError(f"--include_path {d}: not a folder")
         for f in strict_yaml.yaml_files(d):
-            cfg = load_task(f)
-            if cfg.task in out:
-                raise TaskConfigError(f"{f}: task {cfg.task!r} is defined twice")
+            try:
+                group = _group_file(f)
+                if group == TEMPLATE:
+                    continue  # an lm-eval template: read only through another file's include:
+                if group is not None:
+                    groups.append((f, *group))
+                    continue
+                cfg = load_task(f)
+                if cfg.task in out:
+                    raise TaskConfigError(f"{f}: task {cfg.task!r} is defined twice")
+            except TaskConfigError as err:
+                if skipped is None:
+                    raise
+                skipped.append(err)
+                continue
             out[cfg.task] = cfg
+    for f, name, members in groups:
+        for m in members:
+            if m in out:
+                out[m] = out[m].model_copy(update={"tags": [*out[m].tags, name]})
+            else:
+                missing = TaskConfigError(f"{f}: group {name!r} lists {m!r}, which is no task here")
+                if skipped is None:
+                    raise missing
+                skipped.append(missing)
     return out
+
+
+TEMPLATE: tuple[str, list] = ("", [])  # _group_file's answer for an lm-eval template (no task of its own)
+
+
+def _group_file(path: Path) -> tuple[str, list] | None:
+    """(group name, member task names) of an lm-eval group file, TEMPLATE for an lm-eval-style
+    file without `task:` (a base other files include), else None (a task file)."""
+    try:
+        data = strict_yaml.safe_load(path.read_text(encoding="utf-8"), path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # load_task names the problem
+    if isinstance(data, dict) and is_lmeval_task(data) and "task" not in data and "group" not in data:
+        return TEMPLATE
+    if not isinstance(data, dict) or not is_group(data):
+        return None
+    names = [t if isinstance(t, str) else (t or {}).get("task") for t in data["task"]]
+    if not all(isinstance(n, str) for n in names) or not isinstance(data["group"], str):
+        raise TaskConfigError(f"{path}: group: a name, and task: a list of task names")
+    return data["group"], names
 
 
 def with_builtins(include_path: list[str | Path] | None) -> list[Path]:

@@ -1,0 +1,283 @@
+"""Task YAML written the lm-eval way, read into CASU's `TaskConfig`: `include:` inheritance,
+Jinja `doc_to_text` / `doc_to_choice` / `doc_to_target` over a row's columns, `metric_list` with
+CASU's registered metrics, `generation_kwargs`, `group` / `tag`, `dataset_name` / `test_split`.
+
+The rows come from the CASU dataset of the run (`--dataset`), so `dataset_path` is not read; a
+file that names one is accepted and the path recorded. The Jinja templates run in a sandbox with
+undefined names as errors, so a column the dataset lacks is named before any model loads."""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+# Keys only lm-eval's schema has: a YAML with any of them is read as lm-eval's.
+LMEVAL_KEYS = frozenset(
+    {
+        "include",
+        "doc_to_text",
+        "doc_to_choice",
+        "doc_to_target",
+        "metric_list",
+        "dataset_path",
+        "dataset_name",
+        "test_split",
+        "generation_kwargs",
+        "group",
+        "tag",
+        "metadata",
+        "description",
+        "target_delimiter",
+        "fewshot_delimiter",
+        "num_fewshot",
+        "should_decontaminate",
+        "dataset_kwargs",
+        "process_docs",
+        "filter_list",
+        "repeats",
+    }
+)
+# lm-eval keys CASU cannot honour, with the reason (a file using them fails with it).
+REFUSED = {
+    "process_docs": "a Python hook (!function); CASU reads rows as the dataset has them",
+    "filter_list": "CASU's answer parser is the one filter (an unparsed answer is counted as such)",
+    "dataset_kwargs": "rows come from --dataset, a built CASU dataset",
+    "repeats": "one answer per request (use --circular for rotated options)",
+    "validation_split": "CASU tasks read one split (test_split)",
+    "fewshot_split": "CASU tasks are zero-shot",
+    "training_split": "CASU tasks are zero-shot",
+}
+IGNORED = {"dataset_path", "should_decontaminate", "target_delimiter", "fewshot_delimiter"}
+OUTPUT_TYPES = ("multiple_choice", "generate_until")
+LETTERS = "ABCDEFGHIJ"
+
+
+class LmEvalYamlError(ValueError):
+    """A problem with an lm-eval-style task file; the caller adds the file name."""
+
+
+def is_lmeval_task(data: dict) -> bool:
+    """Whether a task YAML's mapping is lm-eval's schema rather than CASU's (`description` and
+    `task` are in both)."""
+    return bool((LMEVAL_KEYS - {"description"}) & set(data)) and "prompt_template" not in data
+
+
+def is_group(data: dict) -> bool:
+    """An lm-eval group file: `group: NAME` and `task: [names]` (no task of its own)."""
+    return "group" in data and isinstance(data.get("task"), list)
+
+
+def with_includes(data: dict, path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """`include: other.yaml` (relative to this file) resolved: the included mapping, then this
+    file's keys over it, recursively; a cycle or a missing file is an error."""
+    inc = data.get("include")
+    if inc is None:
+        return dict(data)
+    from casu_dataset.core import strict_yaml
+
+    if not isinstance(inc, str):
+        raise LmEvalYamlError(f"include: a file name, got {type(inc).__name__}")
+    target = (path.parent / inc).resolve()
+    if target in seen or target == path.resolve():
+        raise LmEvalYamlError(f"include: {inc} includes itself (through {', '.join(p.name for p in seen)})")
+    try:
+        parent = strict_yaml.safe_load(target.read_text(encoding="utf-8"), target)
+    except FileNotFoundError:
+        raise LmEvalYamlError(f"include: {inc}: no such file beside {path.name}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise LmEvalYamlError(f"include: {inc}: {err}") from None
+    if not isinstance(parent, dict):
+        raise LmEvalYamlError(f"include: {inc}: not a mapping")
+    merged = with_includes(parent, target, (*seen, path.resolve()))
+    merged.update({k: v for k, v in data.items() if k != "include"})
+    merged.pop("include", None)
+    return merged
+
+
+def _as_list(v) -> list[str]:
+    if v is None:
+        return []
+    return [str(x) for x in v] if isinstance(v, (list, tuple)) else [str(v)]
+
+
+def _metrics(metric_list, output_type: str) -> list[str]:
+    """lm-eval's metric_list -> CASU's registered metric names (by name or by lm-eval name)."""
+    from harness.scoring.metrics import METRICS
+
+    kind = output_type
+    by_name = {m.name: m for m in METRICS.values() if kind in m.kinds}
+    by_lmeval = {m.lmeval: m for m in by_name.values() if m.lmeval}
+    out = []
+    for i, entry in enumerate(metric_list or []):
+        name = entry.get("metric") if isinstance(entry, dict) else entry
+        if not isinstance(name, str):
+            raise LmEvalYamlError(f"metric_list[{i}]: give `metric: NAME`")
+        m = by_name.get(name) or by_lmeval.get(name)
+        if m is None:
+            known = sorted({*by_name, *by_lmeval})
+            raise LmEvalYamlError(
+                f"metric_list[{i}]: {name!r} is not a registered metric for {output_type} tasks; "
+                f"known: {', '.join(known)}"
+            )
+        if isinstance(entry, dict):
+            extra = sorted(set(entry) - {"metric", "aggregation", "higher_is_better"})
+            if extra:
+                raise LmEvalYamlError(f"metric_list[{i}] ({name}): unknown key(s) {extra}")
+            if entry.get("higher_is_better") is False:
+                raise LmEvalYamlError(f"metric_list[{i}] ({name}): CASU's {m.name} is higher-is-better")
+        if m.name not in out:
+            out.append(m.name)
+    if not out:  # lm-eval's default for the kind
+        out = ["accuracy"] if output_type == "multiple_choice" else ["bleu4"]
+    return out
+
+
+def _generation(gen: dict | None) -> dict:
+    """lm-eval's generation_kwargs -> CASU's `generation` block."""
+    if gen is None:
+        return {}
+    if not isinstance(gen, dict):
+        raise LmEvalYamlError("generation_kwargs: a mapping")
+    out: dict[str, Any] = {}
+    for k, v in gen.items():
+        if k in ("max_gen_toks", "max_new_tokens"):
+            out["max_new_tokens"] = v
+        elif k in ("do_sample", "temperature"):
+            out[k] = v
+        elif k == "until":
+            out["until"] = _as_list(v)
+        else:
+            raise LmEvalYamlError(
+                f"generation_kwargs.{k}: not honoured by CASU's adapters; use until, max_gen_toks, "
+                "do_sample, temperature"
+            )
+    return out
+
+
+def to_task_config(data: dict, path: Path) -> dict:
+    """The TaskConfig fields of an lm-eval-style task file (its includes resolved)."""
+    d = with_includes(data, path)
+    for key, why in REFUSED.items():
+        if key in d:
+            raise LmEvalYamlError(f"{key}: not supported ({why})")
+    if d.get("num_fewshot") not in (None, 0):
+        raise LmEvalYamlError("num_fewshot: CASU tasks are zero-shot; use 0 or leave it out")
+    output_type = d.get("output_type", "generate_until")
+    if output_type not in OUTPUT_TYPES:
+        raise LmEvalYamlError(f"output_type {output_type!r}: CASU runs {' or '.join(OUTPUT_TYPES)}")
+    if "doc_to_text" not in d:
+        raise LmEvalYamlError("doc_to_text: required (the prompt, a Jinja template over the row's columns)")
+    mcq = output_type == "multiple_choice"
+    if mcq and "doc_to_choice" not in d:
+        raise LmEvalYamlError("doc_to_choice: required for multiple_choice (e.g. `{{options}}`)")
+    known = set(LMEVAL_KEYS) | {"task", "output_type", "version"}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise LmEvalYamlError(f"unknown key(s) {unknown} for an lm-eval-style task")
+    metadata = d.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise LmEvalYamlError("metadata: a mapping (e.g. `version: 1`)")
+    version = d.get("version", metadata.get("version", 0))
+    try:
+        version = int(float(str(version)))
+    except (TypeError, ValueError):
+        raise LmEvalYamlError(f"metadata.version {version!r}: a number") from None
+    for key in ("doc_to_text", "doc_to_choice", "doc_to_target"):
+        if isinstance(d.get(key), str):
+            check_template(d[key], key)
+    # lm-eval's `description` is text put before every prompt
+    prefix = str(d.get("description") or "")
+    out: dict[str, Any] = {
+        "task": d.get("task"),
+        "version": version,
+        "description": "",
+        "tags": [*_as_list(d.get("tag")), *_as_list(d.get("group"))],
+        "dataset_config": d.get("dataset_name"),
+        "split": d.get("test_split", "test"),
+        "output_type": output_type,
+        "answer_format": "letter" if mcq else "free_text",
+        "prompt_template": "",
+        "doc_to_text": prefix + str(d["doc_to_text"]),
+        "metrics": _metrics(d.get("metric_list"), output_type),
+        "generation": _generation(d.get("generation_kwargs")),
+        "lmeval_source": {k: d[k] for k in sorted(IGNORED & set(d))} or None,
+    }
+    if mcq:
+        out["doc_to_choice"] = d["doc_to_choice"]
+        out["doc_to_target"] = d.get("doc_to_target", "{{answer}}")
+    elif "doc_to_target" in d:
+        out["doc_to_target"] = d["doc_to_target"]
+    return out
+
+
+@lru_cache(maxsize=1)
+def _env():
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
+
+
+def check_template(text: str, field: str) -> None:
+    """A Jinja template that parses (its names are checked against a row when one is rendered)."""
+    from jinja2 import TemplateSyntaxError
+
+    try:
+        _env().parse(text)
+    except TemplateSyntaxError as err:
+        raise LmEvalYamlError(
+            f"{field}: not a valid Jinja template ({err.message}, line {err.lineno})"
+        ) from None
+
+
+def render(template: str, doc: dict, field: str) -> str:
+    """A Jinja template over one row's columns; an unknown column is named."""
+    from jinja2 import TemplateError, UndefinedError
+
+    try:
+        return _env().from_string(template).render(**doc)
+    except UndefinedError as err:
+        raise LmEvalYamlError(f"{field}: {err.message}; columns: {', '.join(sorted(doc))}") from None
+    except TemplateError as err:
+        raise LmEvalYamlError(f"{field}: {err}") from None
+
+
+def choices(spec, doc: dict) -> list[str]:
+    """lm-eval's doc_to_choice: a list, a column name, or a template rendering to a list."""
+    if isinstance(spec, list):
+        return [str(x) for x in spec]
+    if isinstance(spec, str) and spec in doc and isinstance(doc[spec], list):
+        return [str(x) for x in doc[spec]]
+    text = render(str(spec), doc, "doc_to_choice")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise LmEvalYamlError(f"doc_to_choice: renders to {text[:80]!r}, not a list") from None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise LmEvalYamlError(f"doc_to_choice: renders to {text[:80]!r}, not a non-empty list")
+    return [str(x) for x in value]
+
+
+def target_letter(spec, doc: dict, opts: list[str]) -> str:
+    """lm-eval's doc_to_target for multiple choice -> the key's letter: an index, a letter, or the
+    text of one of the choices."""
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        value: Any = spec
+    elif isinstance(spec, str) and spec in doc:
+        value = doc[spec]
+    else:
+        value = render(str(spec), doc, "doc_to_target").strip()
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < len(opts):
+            raise LmEvalYamlError(f"doc_to_target: index {value} outside the {len(opts)} choices")
+        return LETTERS[value]
+    text = str(value)
+    if text in LETTERS[: len(opts)] and len(text) == 1:
+        return text
+    if text in opts:
+        return LETTERS[opts.index(text)]
+    raise LmEvalYamlError(f"doc_to_target: {text[:60]!r} is not an index, a letter or one of the choices")
