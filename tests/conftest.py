@@ -261,3 +261,218 @@ def call_main(main, argv) -> tuple[int, str, str]:
         except SystemExit as e:
             rc = e.code
     return rc, out.getvalue(), err.getvalue()
+
+
+def harness_cli(*argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `python -m harness ARGV`, run in this process."""
+    from harness.cli import main
+
+    return call_main(main, argv)
+
+
+def harness_run(ds, out, *argv, model="random") -> tuple[int, str, str]:
+    """`harness_cli` evaluating role_inference of `ds` into `out`, quiet and without the audio probe."""
+    return harness_cli(
+        "--model",
+        model,
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(ds),
+        "--output_path",
+        str(out),
+        "--quiet",
+        "--no_probe",
+        *argv,
+    )
+
+
+def tiny_dataset(out: Path, n: int, tag: str, answer: str = "A") -> Path:
+    """A CASU-layout folder (card + one parquet per config) with n role_inference questions,
+    written with the builder's own writer; every other config is empty."""
+    import numpy as np
+
+    from casu_dataset.core.audio_io import encode_flac
+    from casu_dataset.dataset.build import CONFIGS, write_parquet
+
+    rng = np.random.default_rng(n)
+    rows = {c: [] for c in CONFIGS}
+    for i in range(n):
+        sid = f"{tag}_scene{i}"
+        audio = {
+            "bytes": encode_flac(0.1 * rng.standard_normal(1600).astype("float32")),
+            "path": f"{sid}/mix.flac",
+        }
+        rows["role_inference"].append(
+            {
+                "id": f"{sid}/q0",
+                "scene_id": sid,
+                "task": "role_inference",
+                "audio": audio,
+                "question": f"Who speaks in {tag} {i}?",
+                "options": ["w", "x", "y", "z"],
+                "answer": answer,
+                "rationale": "",
+                "layers": ["speech"],
+                "minimal_pair_id": "",
+                "place": "kitchen",
+                "speech_type": "dialogue",
+            }
+        )
+    for c in CONFIGS:
+        write_parquet(rows[c], c, out / c / "test-00000-of-00001.parquet")
+    cfg = "\n".join(
+        f"- config_name: {c}\n  data_files:\n  - split: test\n    path: {c}/*.parquet" for c in CONFIGS
+    )
+    (out / "README.md").write_text(f"---\nconfigs:\n{cfg}\n---\n# tiny {tag}\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus_ctx(tmp_path_factory):
+    """The context the bad-input corpora (tests/bad_input_corpus.py) run their cases in: a tiny
+    dataset and the results of one good harness run on it. Every case changes one thing of that
+    base command, so the base command must work."""
+    from bad_input_corpus import Ctx
+
+    root = tmp_path_factory.mktemp("corpus")
+    c = Ctx(root, tiny_dataset(root / "ds", 4, "b"))
+    c.tmp = root
+    base = c.run()
+    assert base.code == 0, base.text
+    c.extra["results"] = root / "res"
+    return c
+
+
+@pytest.fixture
+def ckpt_model(monkeypatch) -> str:
+    """The `--model` spec of the random chooser under a checkpoint name (Ckpt, in
+    tests/fixtures/plugin_adapters.py), with that folder importable."""
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "fixtures"))
+    return "plugin_adapters:Ckpt"
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The Hub client allowed to talk -- to a local server only; returns huggingface_hub.constants."""
+    import huggingface_hub.constants as C
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", False)
+    return C
+
+
+@pytest.fixture
+def online_with_token(online, monkeypatch):
+    """`online`, with a fake token and a Hub timeout of 1 s."""
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEtoken1234567890")
+    monkeypatch.setenv("CASU_HUB_TIMEOUT", "1")
+    return online
+
+
+@pytest.fixture
+def two_runs(ds, tmp_path, ckpt_model):
+    """A full run and a newer --limit run of one checkpoint (the requesting module's `ds`)."""
+    out = tmp_path / "r"
+    for extra in ((), ("--limit", "3")):
+        rc, _, err = harness_run(ds, out, "--model_args", "pretrained=Org/M", *extra, model=ckpt_model)
+        assert rc == 0, err
+    return out
+
+
+@pytest.fixture
+def no_torchcodec(monkeypatch):
+    """Make `import torchcodec` fail as on the standard (CPU torch) install, wherever this runs."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchcodec", None)
+
+
+def question_counts(folder: Path) -> dict[str, int]:
+    """Rows per multiple-choice config of a built folder."""
+    import pyarrow.parquet as pq
+
+    from casu_dataset.contract import mcq_configs
+
+    return {c: pq.read_table(str(folder / c), use_threads=False).num_rows for c in mcq_configs()}
+
+
+FAMILY_FIXTURE = ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"
+
+
+def _tone_scene(scene, k: int, sr: int = 16000) -> dict:
+    """A stand-in for a rendered scene: 2 s of tones and the annotation fields the review page reads."""
+    import numpy as np
+
+    from casu_dataset.core.audio_io import encode_flac
+
+    t = np.arange(2 * sr) / sr
+    stems = {
+        "background": 0.05 * np.sin(2 * np.pi * 120 * t),
+        "speech": 0.2 * np.sin(2 * np.pi * 220 * t),
+        "events": 0.2 * np.sin(2 * np.pi * (500 + 100 * k) * t),
+    }
+    stems["mixture"] = sum(stems.values())
+    s = scene.script
+    turns = [
+        {"speaker": tr.speaker, "text": tr.text, "onset": 0.1 + 0.8 * i, "offset": 0.8 + 0.8 * i}
+        for i, tr in enumerate(s.turns)
+    ]
+    events = [{"id": e.id, "description": e.description, "onset": 0.9, "offset": 1.4} for e in s.events]
+    ann = {"scene_id": s.id, "sample_rate": sr, "script": s.to_dict(), "turns": turns, "events": events}
+    return {"annotation": ann, "flac": {k: encode_flac(v) for k, v in stems.items()}}
+
+
+def fixture_family_rows() -> dict[str, list[dict]]:
+    """The rows of every config for the two fixture families, compiled for real and turned into
+    rows by the build's own row writer, with tone audio instead of a render (well under a second)."""
+    from casu_dataset.dataset.build import CONFIGS, _rows
+    from casu_dataset.families.compile import compile_families
+
+    rows = {c: [] for c in CONFIGS}
+    for k, scene in enumerate(compile_families(FAMILY_FIXTURE)):
+        for c, r in _rows(scene, _tone_scene(scene, k)).items():
+            rows[c].extend(r)
+    return rows
+
+
+def write_dataset(rows: dict, out: Path) -> Path:
+    """`rows` (config -> rows) written as a built folder's parquet files."""
+    from casu_dataset.dataset.build import CONFIGS, PARQUET, write_parquet
+
+    for c in CONFIGS:
+        write_parquet(rows[c], c, out / c / PARQUET)
+    return out
+
+
+def chromium():
+    """A headless Chromium (selenium) that may play audio, for the review page tests."""
+    from selenium import webdriver
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--autoplay-policy=no-user-gesture-required",
+        "--mute-audio",
+        "--window-size=1400,1000",
+    ):
+        opts.add_argument(a)
+    return webdriver.Chrome(
+        options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver")
+    )
+
+
+def wait_for(fn, timeout=20.0):
+    """fn()'s first truthy value, polled every 0.1 s; an AssertionError after `timeout` seconds."""
+    import time
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for the page")

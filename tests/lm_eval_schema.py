@@ -1,5 +1,5 @@
 """A copy of lm-evaluation-harness's own output schema (lm_eval/result_schema.py, lm-eval 0.4.13,
-MIT license, EleutherAI), used by tests/test_hf_habits2.py to check that CASU's `results_<date>.json`
+MIT license, EleutherAI), used by tests/test_lmeval_compat.py to check that CASU's `results_<date>.json`
 and `samples_<task>_<date>.jsonl` are what lm-eval writes. lm-eval is not a dependency.
 
 Three documented relaxations, all to what lm-eval itself writes (its schema is stricter than its

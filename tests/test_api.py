@@ -35,7 +35,7 @@ def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_pat
         for k, v in written.items()
         if k not in ("complete", "sample_logs", "lm_eval_sample_logs", "lm_eval_view")
     } == json.loads(json.dumps(res.document))
-    # the returned dict is lm-eval's results_<date>.json as written (issue 25), samples aside
+    # the returned dict is lm-eval's results_<date>.json as written, samples aside
     lm = json.loads((res.path.parent / written["lm_eval_view"]).read_text())
     assert lm == json.loads(json.dumps({k: v for k, v in res.items() if k != "samples"}))
     assert (
@@ -82,7 +82,7 @@ def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path
         next((ds / "scenes").glob("*.parquet")),
     )
     # A masked condition reads the annotation through the contract's reader: a format it does not
-    # know is a named error before any inference (issue 24: was one recorded error per sample).
+    # know is a named error before any inference, not one recorded error per sample.
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # an adapter that hears the audio
     with pytest.raises(
         LoadError, match="config 'scenes': row 0 .*annotation: version 99 is not supported"

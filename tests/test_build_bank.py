@@ -1,4 +1,4 @@
-"""scripts/build_bank.py --add (issue 27): added sources are appended to a committed bank without
+"""scripts/build_bank.py --add: added sources are appended to a committed bank without
 touching its existing clips; repeats of a bank recording and clips without a mapping row are dropped."""
 
 import csv

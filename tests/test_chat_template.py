@@ -1,4 +1,4 @@
-"""Issue 17: lm-eval's --system_instruction, --apply_chat_template [NAME], --num_fewshot and
+"""lm-eval's --system_instruction, --apply_chat_template [NAME], --num_fewshot and
 --fewshot_as_multiturn, on a tiny random-weight Qwen2-Audio (its real processor and chat
 template) and on small echo adapters: the system turn reaches the rendered prompt, a named
 template is used and an unknown one refused before any weights load, the effective settings
@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 import tiny_models as tiny
-from test_harness_integrity import tiny_dataset
-from test_lmeval_habits import cli
+from conftest import harness_cli as cli
+from conftest import tiny_dataset
 
 from model_adapters import GenerationSettings, Request, make_adapter
 from model_adapters.base import Adapter
@@ -319,8 +319,9 @@ def test_cli_accepts_zero_shot_and_records_it(ds, tmp_path):
 
 
 def test_voxtral_keeps_the_system_instruction_where_its_tokenizer_refuses_a_system_turn(tmp_path):
-    """mistral-common before tokenizer v11 refuses a system message beside audio (every sample
-    failed); the instruction now leads the user turn."""
+    """mistral-common tokenizers before v11 refuse a system message beside audio, so with audio
+    the instruction leads the user turn (a system turn would fail every sample); without audio
+    it stays a system turn."""
     a = make_adapter("voxtral", qwen_args(tiny.build_voxtral(tmp_path / "v")))
     req = Request(prompt="Who speaks?", audio=np.zeros(16000, np.float32), system="Be brief.")
     assert len(a.generate([req], GenerationSettings(max_new_tokens=2))) == 1

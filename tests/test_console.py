@@ -2,9 +2,10 @@
 answers and the failed samples, (PARTIAL) under --limit, Table 2 whenever layer conditions ran,
 and one line when most answers could not be parsed (exit 0 as lm-eval, 7 with --strict)."""
 
+from conftest import call_main
+
 from harness.cli import main
 from model_adapters.base import Adapter
-from tests.conftest import call_main
 
 
 class Mumble(Adapter):

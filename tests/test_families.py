@@ -76,7 +76,7 @@ def test_compiles_two_shapes_with_keys_a_permutation():
             "slot's sound comes from the fills",
         ),
         (lambda f: f.update(types={}), "types"),
-        # an event without an id: named in the message (sorting the layers raised TypeError before)
+        # an event without an id: named in the message, not a TypeError from sorting the layers
         (lambda f: f["script"]["events"].append({"anchor": {"type": "at", "time": 1.0}}), "types"),
         (lambda f: f.update(slot="nope"), "slot"),
         (lambda f: f["variants"].pop("bell"), "variants"),

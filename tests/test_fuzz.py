@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -190,8 +191,6 @@ def test_a_mutated_annotation_regenerates_or_is_named(annotation):
 
 @pytest.fixture(scope="module")
 def small_folder(tmp_path_factory):
-    from test_harness_integrity import tiny_dataset
-
     return tiny_dataset(tmp_path_factory.mktemp("pq") / "ds", 6, "fz")
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny_dataset
 
 from harness.config import EvalConfig
 from harness.output.results import document
@@ -338,6 +339,27 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     doc2 = _results(out, "plugin_adapters__AudioHashAdapter")
     assert doc2["timing"]["model_calls"] == 0 and doc2["timing"]["cache_hits"] >= doc2["timing"]["units"]
     assert doc2["results"] == doc["results"]
+
+
+def test_the_plot_shows_family_accuracy_with_its_interval_and_marks_a_partial_run(tmp_path):
+    from harness import simple_evaluate
+    from harness.output.results import accuracy_plot_data, plots
+
+    ds = tiny_dataset(tmp_path / "ds", 10, "plot")
+    res = simple_evaluate("random", tasks="role_inference", dataset=str(ds), probe=False, limit=4)
+    doc = json.loads(json.dumps(res.document))
+    m = doc["results"]["role_inference"]["PEB"]
+    m["family_accuracy"] = {"value": 0.25, "ci95": [0.0, 0.5], "n": 4, "families": 4, "chance": 1 / 256}
+    data = accuracy_plot_data(doc)
+    fam = [b for b in data["bars"] if b["metric"] == "family_accuracy"]
+    assert fam == [
+        {"task": "role_inference", "metric": "family_accuracy", "value": 25.0, "lo": 0.0, "hi": 50.0}
+    ]
+    assert data["family"] and data["partial"] and data["title"].startswith("PARTIAL (--limit 4, n=4)")
+    written = plots(doc, tmp_path, "_x")
+    assert [p.name for p in written] == ["accuracy_by_task_x.png"] and written[0].stat().st_size > 1000
+    doc["config"]["limit"] = None
+    assert not accuracy_plot_data(doc)["partial"] and "PARTIAL" not in accuracy_plot_data(doc)["title"]
 
 
 def _rows(db: Path) -> int:

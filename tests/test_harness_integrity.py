@@ -1,4 +1,4 @@
-"""Issue 13, harness half: the harness evaluates exactly the files on disk, its outputs are
+"""Harness integrity: the harness evaluates exactly the files on disk, its outputs are
 crash-safe, push/table see only complete runs, `validate` catches run-time failures, and a
 run reports how many requests it evaluated. Datasets here are tiny synthetic parquet folders
 written with the builder's own writer; every CLI run gets a temp HOME/HF_HOME."""
@@ -13,50 +13,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import tiny_dataset
 
-from casu_dataset.core.audio_io import encode_flac
-from casu_dataset.dataset.build import CONFIGS, write_parquet
 from harness.output.files import atomic_write, clean_stale
 from harness.run.data import CasuData, LoadError
 from harness.task.config import TaskConfigError, load_task, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = load_tasks()
-
-
-def tiny_dataset(out: Path, n: int, tag: str, answer: str = "A") -> Path:
-    """A CASU-layout folder (card + one parquet per config) with n role_inference questions."""
-    rng = np.random.default_rng(n)
-    rows = {c: [] for c in CONFIGS}
-    for i in range(n):
-        sid = f"{tag}_scene{i}"
-        audio = {
-            "bytes": encode_flac(0.1 * rng.standard_normal(1600).astype("float32")),
-            "path": f"{sid}/mix.flac",
-        }
-        rows["role_inference"].append(
-            {
-                "id": f"{sid}/q0",
-                "scene_id": sid,
-                "task": "role_inference",
-                "audio": audio,
-                "question": f"Who speaks in {tag} {i}?",
-                "options": ["w", "x", "y", "z"],
-                "answer": answer,
-                "rationale": "",
-                "layers": ["speech"],
-                "minimal_pair_id": "",
-                "place": "kitchen",
-                "speech_type": "dialogue",
-            }
-        )
-    for c in CONFIGS:
-        write_parquet(rows[c], c, out / c / "test-00000-of-00001.parquet")
-    cfg = "\n".join(
-        f"- config_name: {c}\n  data_files:\n  - split: test\n    path: {c}/*.parquet" for c in CONFIGS
-    )
-    (out / "README.md").write_text(f"---\nconfigs:\n{cfg}\n---\n# tiny {tag}\n")
-    return out
 
 
 @pytest.fixture()
@@ -110,7 +74,8 @@ def run_random(env, dataset: Path, out: Path, *extra):
 
 
 def test_a_rebuilt_folder_and_a_same_name_folder_are_evaluated_fresh(tmp_path, env):
-    # Before: datasets cached a folder by its basename, so these three runs all scored 4 rows.
+    # `datasets` caches a local folder by its basename: each of these runs must score the rows on
+    # disk (4, then 1 after the rebuild, then 2 in another folder of the same name), not a cached copy.
     out = tmp_path / "res"
     a = tiny_dataset(tmp_path / "a" / "casu_x", 4, "old")
     _, first = run_random(env, a, out)
@@ -214,8 +179,8 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     _, good = run_random(env, d, out, "--log_samples")
     model_dir = out / "random"
     good_stamp = next(model_dir.glob("casu_results_*.json")).stem[len("casu_results_") :]
-    # what a kill leaves, as older harness versions wrote it: a newer results JSON (no completion
-    # record) with a truncated sample log, and in another model folder a results JSON whose log
+    # what a kill leaves, in the layout without completion records: a newer results JSON (no
+    # completion record) with a truncated sample log, and in another model folder a results JSON whose log
     # was cut short after it was written
     stale = dict(good, date="2999-01-01T00:00:00+00:00")
     for k in ("complete", "sample_logs"):
@@ -236,7 +201,7 @@ def test_killed_run_leftovers_are_ignored_by_push_and_table_and_cleaned(tmp_path
     p = harness(env, "push", "--repo", "org/results", "--output_path", str(out), "--dry_run")
     listing = p.stdout.split("would upload to datasets/org/results:\n")[1].split("\n\n")[0]
     ops = [line.strip() for line in listing.splitlines()]
-    # CASU's document and sample records, lm-eval's sample lines and results (issue 25), the card
+    # CASU's document and sample records, lm-eval's sample lines and results, the card
     assert ops == [
         f"random/casu_results_{good_stamp}.json",
         f"random/casu_samples_role_inference_{good_stamp}.jsonl",

@@ -1,4 +1,4 @@
-"""Issue 17: `python -m casu_dataset push` as a large-folder upload (huggingface_hub's
+"""`python -m casu_dataset push` as a large-folder upload (huggingface_hub's
 upload_folder: several commits, resumable), against a local server that answers as the Hub does
 and keeps what was committed. Nothing here touches the network."""
 

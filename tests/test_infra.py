@@ -1,4 +1,4 @@
-"""Shared infrastructure (issue 26): one cache layout, one temp-file rule, one content key, no
+"""Shared infrastructure: one cache layout, one temp-file rule, one content key, no
 import cycles, library messages through logging."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_an_empty_or_unset_casu_cache_is_the_default_and_nothing_lands_in_the_cu
     assert cache_layout.build_dir() == root / "build" and cache_layout.speech_dir() == root / "speech"
     assert cache_layout.embeddings_dir() == root / "embeddings"
     assert cache_layout.cache_root(tmp_path / "flag") == tmp_path / "flag"  # --cache wins
-    catalog_embeddings(Catalog.embedded(), _ZeroEmbedder())  # wrote into ./embeddings before issue 26
+    catalog_embeddings(Catalog.embedded(), _ZeroEmbedder())  # never into ./embeddings
     assert list(cwd.iterdir()) == []
     assert len(list((root / "embeddings").glob("casu-embedded-bank-*.npz"))) == 1
 
@@ -119,10 +119,10 @@ def test_a_build_stages_beside_its_output_under_a_name_git_ignores(tmp_path):
     assert any(fnmatch.fnmatch(w.stage.name, pat) for pat in ignored)
 
 
-# -- 3. one content key, the same values as before ---------------------------------------------
+# -- 3. one content key, with pinned values ----------------------------------------------------
 
-# Computed with the code before issue 26 (commit e55318e), on the shipped lock's first scene and
-# a real voice: the keys of caches users have on disk and of the build record must not move.
+# Pinned values, on a lock entry and a real voice: the keys of caches users have on disk and of
+# the build record must not move.
 PIPER_JOE = {
     "id": "piper-joe",
     "engine": "piper",
@@ -139,18 +139,18 @@ PIPER_JOE = {
 def test_content_keys_keep_the_values_caches_and_records_were_made_with():
     # a real lock entry as the 2.2 lock held it (frozen: the shipped lock changes with the library)
     entry = json.loads((ROOT / "tests" / "fixtures" / "lock_entry_2_2.json").read_text())
-    # scene_cache.build_locked_scene's key (contract.content_key before)
+    # scene_cache.build_locked_scene's key
     assert (
         content_key(["locked", 1, "2.0.0", "0123456789abcdef", entry, [PIPER_JOE]], 32)
         == "6193ae19775f745a0c0e4356b63cd1ea"
     )
-    # speech.layer's turn key (its own json.dumps(..., default=str) before)
+    # speech.layer's turn key
     text = "Right, let's see it. Show me what you've been practising."
     assert (
         content_key([2, text, PIPER_JOE, "flite-2.2"])
         == "07e4367689e79a78323f6f1a6fc338a10625452d093faf4d97a8bb975c743ed4"
     )
-    # the response cache (ensure_ascii=False before and now), on a prompt with non-ASCII text
+    # the response cache's key, on a prompt with non-ASCII text (kept as is: ensure_ascii=False)
     msgs = [
         {"role": "user", "content": "Which sound follows the café’s door chime — the kettle or the bell?"}
     ]

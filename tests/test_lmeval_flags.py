@@ -6,9 +6,10 @@ import json
 import logging
 import shutil
 
+from conftest import call_main
+
 from harness.cli import main
 from harness.config import AUTO_CPU_BATCH, resolve_batch_size
-from tests.conftest import call_main
 
 
 def _run(casu_small, tmp_path, *extra, out="out"):

@@ -2,8 +2,9 @@
 
 import json
 
+from conftest import call_main
+
 from harness.cli import main
-from tests.conftest import call_main
 
 
 def test_a_generation_requests_gen_kwargs_are_an_object(casu_small, tmp_path):

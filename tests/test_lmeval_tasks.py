@@ -7,12 +7,12 @@ import json
 import textwrap
 
 import pytest
+from conftest import call_main
 
 from harness import simple_evaluate
 from harness.cli import main
 from harness.task.config import TaskConfigError, load_task, load_tasks
 from model_adapters.base import Adapter
-from tests.conftest import call_main
 
 # The built-in role_inference prompt, written as lm-eval writes prompts.
 BASE = """\

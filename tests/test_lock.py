@@ -62,8 +62,8 @@ def locked(tmp_path_factory, session_cache):
 def test_one_timeline_per_family_whatever_the_tts_lengths(speech_wavs, clips_dir, tmp_path):
     """Two speech versions 1 sample apart (TTS lengths differ by machine): the family reserves whole
     samples, so both get one length and one timeline, and the bed and events are byte-identical.
-    Before, the reserve was rounded to 1e-6 s and scenes of 198474/198475 samples came out one
-    sample apart (ws_ev_ouch, ws_x_kitchen_close on an AVX-512 machine)."""
+    Rounding the reserve to 1e-6 s instead would leave scenes of 198474 and 198475 samples one
+    sample apart (the case of ws_ev_ouch and ws_x_kitchen_close on an AVX-512 machine)."""
     from casu_dataset.script.schema import parse_script
 
     x = load_audio(speech_wavs[0], 16000)

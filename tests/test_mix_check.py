@@ -127,7 +127,7 @@ def test_without_checker_ratios_are_recorded_and_still_enforced(clips_dir, speec
 
 
 def test_ratio_catches_what_whisper_misses(clips_dir, speech_wavs, checker, tmp_path):
-    # The case: an event leaves speech ~1 dB above the rest while Whisper still gets
+    # An event leaves speech ~1 dB above the rest while Whisper still gets
     # most words (WER <= max_wer), so only the ratio flags the scene.
     res = mix(clips_dir, speech_wavs, {"type": "during_turn", "turn": 0, "offset": 0.3}, "jack_mid", 12.0)
     with pytest.raises(MixIntelligibilityError) as err:

@@ -2,9 +2,10 @@
 the same computations under forced instruction-set settings (casu_dataset/core/isa.py: torch's ATen
 and MKL/oneDNN dispatch, CTranslate2's ISA, numpy's dispatched loops, OpenBLAS's core type).
 
-Before: the float32 MiniLM encoder gave other bytes under AVX-512 than under the generic kernels
-(and for a sentence alone vs in a batch), and int8 Whisper heard "seatbelt fastened" as "seat
-look fast and" under the AVX2 and AVX-512 kernels but not the generic one."""
+What these guard against: a float32 MiniLM encoder gives other bytes under AVX-512 than under
+the generic kernels (and for a sentence alone vs in a batch), and int8 Whisper can hear
+"seatbelt fastened" as "seat look fast and" under the AVX2 and AVX-512 kernels but not the
+generic one."""
 
 import json
 import subprocess

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from test_harness_integrity import tiny_dataset
+from conftest import ROOT, tiny_dataset
 
 from casu_dataset.core.errors import EXIT_RESOURCE, resource_message
 

@@ -1,10 +1,11 @@
+"""The retrieval encoder gives the same bytes however its texts are batched."""
 
 
 def test_encode_memo_gives_the_bytes_of_a_fresh_encoder():
-    import numpy as np
-
     """The memo (texts seen before) and batching change no byte: a fresh encoder on one text gives
     the bytes a warm one gives inside a batch."""
+    import numpy as np
+
     from casu_dataset.sounds.retrieval import Embedder
 
     texts = ["A dog barks twice.", "Rain on a tin roof.", "A dog barks twice.", "Church bells ring."]

@@ -5,14 +5,13 @@ import os
 import re
 import shutil
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import build_small_v1
+from conftest import build_small_v1, chromium, wait_for
 
 from casu_dataset.review.decisions import DecisionLog, decisions_path, load
 from casu_dataset.review.server import serve
@@ -127,47 +126,18 @@ def test_server_rejects_unknown_items_with_a_clear_error(served):
     assert urllib.request.urlopen(url + "timeline/" + "school_dismissal.png").read()[:4] == b"\x89PNG"
 
 
-def _chrome():
-    from selenium import webdriver
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for a in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--autoplay-policy=no-user-gesture-required",
-        "--mute-audio",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(a)
-    return webdriver.Chrome(
-        options=opts, service=webdriver.ChromeService(executable_path="/usr/bin/chromedriver")
-    )
-
-
-def _wait(fn, timeout=20.0):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for the page")
-
-
 def test_review_page_end_to_end_in_chromium(served, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     ds, url, data = served
-    drv = _chrome()
+    drv = chromium()
     try:
         drv.get(url)
         try:
-            _wait(lambda: drv.execute_script("return cur"))
+            wait_for(lambda: drv.execute_script("return cur"))
             drv.execute_script("openScene('school_dismissal')")  # 4 questions (pair variants have 1)
-            _wait(
+            wait_for(
                 lambda: (
                     drv.execute_script("return cur") == "school_dismissal"
                     and drv.find_elements(By.ID, "item-3")
@@ -180,7 +150,7 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
         qids = drv.execute_script("return items.slice(1).map(i => i.item)")
         # the mixture plays in the browser (FLAC served from the parquet)
         drv.execute_script("document.getElementById('mix').play()")
-        _wait(
+        wait_for(
             lambda: drv.execute_script(
                 "const m = document.getElementById('mix'); return !m.paused && m.currentTime > 0"
             )
@@ -191,25 +161,25 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
         drv.find_element(By.CSS_SELECTOR, "body").click()
         # accept question 1 with the mouse, reject question 2 with one key, edit question 3
         drv.find_element(By.CSS_SELECTOR, 'button[data-i="1"][data-a="accept"]').click()
-        _wait(lambda: drv.execute_script("return focus") == 2)
+        wait_for(lambda: drv.execute_script("return focus") == 2)
         drv.find_element(By.TAG_NAME, "body").send_keys("r")
-        _wait(lambda: drv.execute_script("return focus") == 3)
+        wait_for(lambda: drv.execute_script("return focus") == 3)
         drv.find_element(By.TAG_NAME, "body").send_keys("e")
-        box = _wait(lambda: drv.find_elements(By.ID, "eq-3"))[0]
+        box = wait_for(lambda: drv.find_elements(By.ID, "eq-3"))[0]
         box.clear()
         box.send_keys("Which sound tells the class that the lesson is over?")
         drv.find_element(By.ID, "ek-3").send_keys("C")
         box.send_keys(Keys.CONTROL, Keys.ENTER)
-        _wait(lambda: drv.execute_script("return focus") >= 4 or drv.execute_script("return cur") != scene)
+        wait_for(lambda: drv.execute_script("return focus") >= 4 or drv.execute_script("return cur") != scene)
         shots = DOCS if os.environ.get("CASU_SCREENSHOTS") == "1" else tmp_path  # docs/ only when asked
         drv.save_screenshot(str(shots / "review_questions.png"))
         # reload: the decisions come back from the file
         drv.refresh()
-        _wait(lambda: drv.execute_script("return cur"))
+        wait_for(lambda: drv.execute_script("return cur"))
         drv.execute_script(f"openScene({json.dumps(scene)})")
-        _wait(lambda: drv.execute_script("return cur") == scene and drv.find_elements(By.ID, "item-3"))
+        wait_for(lambda: drv.execute_script("return cur") == scene and drv.find_elements(By.ID, "item-3"))
         drv.execute_script("window.scrollTo(0, 0); document.getElementById('main').scrollTo(0, 0)")
-        _wait(lambda: drv.execute_script("return document.getElementById('timeline').complete"))
+        wait_for(lambda: drv.execute_script("return document.getElementById('timeline').complete"))
         drv.save_screenshot(str(shots / "review_page.png"))
         statuses = drv.execute_script("return items.slice(1, 4).map(i => i.status)")
         assert statuses == ["accept", "reject", "edit"]

@@ -13,15 +13,12 @@ import os
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import chromium, fixture_family_rows, wait_for, write_dataset
 
-from casu_dataset.core.audio_io import encode_flac
-from casu_dataset.dataset.build import CONFIGS, PARQUET, _rows, write_parquet
-from casu_dataset.families.compile import compile_families
+from casu_dataset.dataset.build import CONFIGS
 from casu_dataset.review.apply import apply_review
 from casu_dataset.review.decisions import (
     DecisionError,
@@ -32,46 +29,10 @@ from casu_dataset.review.decisions import (
 )
 from casu_dataset.review.server import serve
 
-FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
-SR = 16000
-
-
-def _built(scene, k: int) -> dict:
-    """A stand-in for a rendered scene: 2 s of tones and the annotation fields the page reads."""
-    t = np.arange(2 * SR) / SR
-    stems = {
-        "background": 0.05 * np.sin(2 * np.pi * 120 * t),
-        "speech": 0.2 * np.sin(2 * np.pi * 220 * t),
-        "events": 0.2 * np.sin(2 * np.pi * (500 + 100 * k) * t),
-    }
-    stems["mixture"] = sum(stems.values())
-    s = scene.script
-    turns = [
-        {"speaker": tr.speaker, "text": tr.text, "onset": 0.1 + 0.8 * i, "offset": 0.8 + 0.8 * i}
-        for i, tr in enumerate(s.turns)
-    ]
-    events = [{"id": e.id, "description": e.description, "onset": 0.9, "offset": 1.4} for e in s.events]
-    ann = {"scene_id": s.id, "sample_rate": SR, "script": s.to_dict(), "turns": turns, "events": events}
-    return {"annotation": ann, "flac": {k: encode_flac(v) for k, v in stems.items()}}
-
-
-def family_rows() -> dict[str, list[dict]]:
-    rows = {c: [] for c in CONFIGS}
-    for k, scene in enumerate(compile_families(FIXTURE)):
-        for c, r in _rows(scene, _built(scene, k)).items():
-            rows[c].extend(r)
-    return rows
-
 
 @pytest.fixture(scope="module")
 def v2_rows() -> dict[str, list[dict]]:
-    return family_rows()
-
-
-def write_dataset(rows: dict, out: Path) -> Path:
-    for c in CONFIGS:
-        write_parquet(rows[c], c, out / c / PARQUET)
-    return out
+    return fixture_family_rows()
 
 
 def _review(tmp_path, *recs):
@@ -203,7 +164,7 @@ def test_a_rejected_variant_removes_its_whole_family_from_every_config(v2_rows, 
         "family_questions_rejected": 0,
         "family_questions_edited": 0,
     }
-    # decisions on items the build does not have are listed, never counted as reviewed (issue 18)
+    # decisions on items the build does not have are listed, never counted as reviewed
     assert (
         res["rejected"] == 1 and res["refused"] == [] and res["unknown"] == ["family nope", "scene nope.bell"]
     )
@@ -418,7 +379,7 @@ def test_family_api_over_http(served_v2):
         },
     )
     assert code == 400 and "appears in the question" in res["error"]
-    # swapping two options' texts would swap two variants' keys: refused by name (issue 24)
+    # swapping two options' texts would swap two variants' keys: refused by name
     o = q["options"]
     code, res = _post(
         url,
@@ -450,15 +411,14 @@ def test_family_api_over_http(served_v2):
 def test_family_view_in_chromium_four_players_and_keyboard_decisions(served_v2, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from test_review import _chrome, _wait
 
     ds, url, _ = served_v2
-    drv = _chrome()
+    drv = chromium()
     try:
         drv.get(url)
-        _wait(lambda: drv.execute_script("return typeof fam !== 'undefined' && fam && fam.family_id"))
+        wait_for(lambda: drv.execute_script("return typeof fam !== 'undefined' && fam && fam.family_id"))
         drv.execute_script("openFamily('fx_class_lineup')")
-        _wait(
+        wait_for(
             lambda: (
                 drv.execute_script("return fam.family_id") == "fx_class_lineup"
                 and len(drv.find_elements(By.CSS_SELECTOR, "audio.mix")) == 4
@@ -475,25 +435,25 @@ def test_family_view_in_chromium_four_players_and_keyboard_decisions(served_v2, 
         drv.find_element(By.ID, "reviewer").send_keys("ann")
         drv.execute_script("document.activeElement.blur()")  # keys go to the page, not the name box
         body.send_keys("3")  # plays variant 3's mixture
-        _wait(lambda: drv.execute_script("return document.getElementById('mix-2').currentTime > 0"))
+        wait_for(lambda: drv.execute_script("return document.getElementById('mix-2').currentTime > 0"))
         # reject variant 2 (item 2) with one key, then edit the first family question (item 5)
         drv.execute_script("setFocus(2)")
         body.send_keys("r")
-        _wait(lambda: drv.execute_script("return focus") == 3)
+        wait_for(lambda: drv.execute_script("return focus") == 3)
         drv.execute_script("setFocus(5)")
         body.send_keys("e")
-        box = _wait(lambda: drv.find_elements(By.ID, "eq-5"))[0]
+        box = wait_for(lambda: drv.find_elements(By.ID, "eq-5"))[0]
         assert not drv.find_elements(By.ID, "ek-5")  # no key to edit: keys are per variant
         box.clear()
         box.send_keys("Why are the pupils told to line up?")
         box.send_keys(Keys.CONTROL, Keys.ENTER)
-        _wait(lambda: drv.execute_script("return items[5].status") == "edit")
+        wait_for(lambda: drv.execute_script("return items[5].status") == "edit")
         assert "Why are the pupils told to line up?" in drv.find_element(By.ID, "item-5").text
         assert drv.execute_script("return items[2].status") == "reject"
         assert "variant rejected" in drv.find_element(By.ID, "list").text
         assert "Left out of the build: a variant is rejected" in drv.find_element(By.ID, "item-0").text
         drv.execute_script("document.getElementById('main').scrollTo(0, 0)")
-        _wait(
+        wait_for(
             lambda: drv.execute_script(
                 "return [...document.querySelectorAll('img.timeline')].every(i => i.complete)"
             )

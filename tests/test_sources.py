@@ -1,4 +1,4 @@
-"""Source validation (issue 13): bad clips never reach a mix, retrieval falls back past them,
+"""Source validation: bad clips never reach a mix, retrieval falls back past them,
 the mixer refuses degenerate sources and removes DC, and embeddings do not depend on threads."""
 
 import json
@@ -42,7 +42,8 @@ def _bell(clips_dir):
 
 
 def write_bad_sources(d, clips_dir) -> dict:
-    """Real degenerate files, one per defect named in the issue; returns name -> path."""
+    """Real degenerate files, one per defect a source can have (unreadable, empty, NaN, silent,
+    dither only, a click, a bed too short, a DC offset); returns name -> path."""
     d.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     p = {
@@ -269,7 +270,7 @@ def test_embeddings_and_scores_do_not_depend_on_thread_count(embedder, tmp_path)
     try:
         for n in (1, 2):
             torch.set_num_threads(n)
-            single = np.stack([embedder.encode([t])[0] for t in texts])  # 16/80 rows differed before
+            single = np.stack([embedder.encode([t])[0] for t in texts])  # one text at a time
             batch = embedder.encode(texts)
             assert torch.get_num_threads() == n  # encode restores the setting
             qd, qk = r.encode_queries(texts[:8], [["dog"]] * 8)

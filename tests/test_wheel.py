@@ -1,4 +1,4 @@
-"""Issue 26: a wheel built from the repository, installed in a fresh venv outside the checkout,
+"""A wheel built from the repository, installed in a fresh venv outside the checkout,
 has its tasks and runs the harness. The venv takes its dependencies from the project's .venv (a
 .pth line: nothing is downloaded) and never sees the checkout's editable install."""
 

@@ -1,82 +1,34 @@
-"""Reading a built dataset on a standard install (no torchcodec): plain `load_dataset` row access,
-iteration and filters, the default `all` config, `casu_dataset.load` items with decoded audio,
-its named errors, and parquet row groups sized for streaming."""
+"""`casu_dataset.load` and the built-dataset reader: items with decoded audio and their family
+fields, a Hub id read through `datasets`, named errors for a missing folder, task, config or
+split, a build record that does not match the files, bad rows named by config and row, and a
+corpus of damaged folders (rules in tests/bad_input_corpus.py); parquet row groups sized for
+streaming."""
 
 import io
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
-from conftest import fixture_builder
+from bad_input_corpus import (
+    ROLE,
+    SHARD,
+    Ctx,
+    E,
+    Outcome,
+    check_case,
+    duplicate_ids,
+    expect_error,
+    setcol,
+    table_edit,
+    truncated,
+)
+from conftest import fixture_builder, question_counts, tiny_dataset
 
 import casu_dataset
 from casu_dataset.contract import FAMILY_FIELDS, mcq_configs
-
-
-@pytest.fixture
-def no_torchcodec(monkeypatch):
-    """Make `import torchcodec` fail as on the standard (CPU torch) install, wherever this runs."""
-    monkeypatch.setitem(sys.modules, "torchcodec", None)
-
-
-def _counts(folder):
-    return {c: pq.read_table(str(folder / c), use_threads=False).num_rows for c in mcq_configs()}
-
-
-def test_rows_readable_without_torchcodec(casu_small, tmp_path, no_torchcodec):
-    import datasets
-
-    ds = datasets.load_dataset(str(casu_small), "contextual_reasoning", split="test", cache_dir=str(tmp_path))
-    assert ds.features["audio"].decode is False  # from the parquet schema, not a cast
-    row = ds[0]
-    assert row["question"] and len(row["options"]) == 4
-    assert set(row["audio"]) == {"bytes", "path"}
-    wav, sr = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
-    assert sr == 16000 and len(wav) > sr
-    ids = [r["id"] for r in ds]  # iteration reads the audio column too
-    assert len(ids) == len(ds) > 0
-    picked = ds.filter(lambda r: r["scene_id"] == row["scene_id"])
-    assert 0 < len(picked) <= len(ds) and all(r["scene_id"] == row["scene_id"] for r in picked)
-    sc = datasets.load_dataset(str(casu_small), "scenes", split="test", cache_dir=str(tmp_path))
-    assert all(set(sc[0][c]) == {"bytes", "path"} for c in ("audio", "background", "speech", "events"))
-
-
-def test_decode_audio_gives_arrays_in_a_notebook_without_torchcodec(casu_small, tmp_path, no_torchcodec):
-    import datasets
-
-    files = casu_dataset.data_files(casu_small, "contextual_reasoning")
-    ds = datasets.load_dataset("parquet", data_files=files, split="test", cache_dir=str(tmp_path))
-    rows = ds.with_transform(casu_dataset.decode_audio)
-    a = rows[0]["audio"]
-    want, sr = sf.read(io.BytesIO(ds[0]["audio"]["bytes"]), dtype="float32")
-    assert a["array"].dtype == np.float32 and a["sampling_rate"] == sr == 16000
-    assert np.array_equal(a["array"], want) and a["path"] == ds[0]["audio"]["path"]
-    batch = rows[:3]["audio"]  # a slice is a batch: one decoded value per row
-    assert len(batch) == 3 and all(b["array"].size and b["sampling_rate"] == 16000 for b in batch)
-    assert rows[1]["question"] == ds[1]["question"]  # the other columns as they were
-    with pytest.raises(casu_dataset.LoadError, match=r"'x/mix.flac' has no FLAC bytes"):
-        casu_dataset.decode_audio({"audio": [{"bytes": None, "path": "x/mix.flac"}]})
-    with pytest.raises(casu_dataset.LoadError, match=r"'x/mix.flac' is not decodable"):
-        casu_dataset.decode_audio({"audio": {"bytes": b"RIFF junk", "path": "x/mix.flac"}})
-    with pytest.raises(casu_dataset.LoadError, match=r"waveform: the audio s/mix.flac is not decodable FLAC"):
-        casu_dataset.waveform({"audio": {"bytes": b"junk" * 10, "path": "s/mix.flac"}})
-    with pytest.raises(casu_dataset.LoadError, match="no 'audio' column"):
-        casu_dataset.decode_audio({"question": ["q"]})
-
-
-def test_default_config_is_all_questions(casu_small, tmp_path, no_torchcodec):
-    import datasets
-
-    counts = _counts(casu_small)
-    ds = datasets.load_dataset(str(casu_small), split="test", cache_dir=str(tmp_path))  # no config named
-    assert len(ds) == sum(counts.values())
-    assert {r["task"] for r in ds} == {c for c, n in counts.items() if n}
-    named = datasets.load_dataset(str(casu_small), "all", split="test", cache_dir=str(tmp_path / "b"))
-    assert len(named) == len(ds)
 
 
 def test_load_items_decoded(casu_small, no_torchcodec):
@@ -96,7 +48,7 @@ def test_load_items_decoded(casu_small, no_torchcodec):
     assert it.options[it.key_index] and it.key in "ABCD"
     assert all(hasattr(it, f) for f in FAMILY_FIELDS)
     everything = casu_dataset.load(str(casu_small))  # default: every multiple-choice question
-    assert len(everything) == sum(_counts(casu_small).values())
+    assert len(everything) == sum(question_counts(casu_small).values())
     desc = casu_dataset.load(str(casu_small), "scene_description")
     assert desc and all(d.reference and not d.question for d in desc)
 
@@ -176,60 +128,6 @@ def test_parquet_row_groups_of_100(tmp_path, casu_small):
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 50]
     write_parquet(many, "contextual_reasoning", tmp_path / "b.parquet")
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
-
-
-def test_eval_yaml_lists_the_tasks(casu_small):
-    """Exactly the Hub's documented eval.yaml keys (it is validated at push time), no YAML aliases,
-    and the value each task reports named in the description."""
-    import yaml
-
-    from casu_dataset.contract import mcq_tasks
-    from casu_dataset.dataset.card import EVAL_TASK_KEYS, EVAL_YAML_KEYS
-
-    text = (casu_small / "eval.yaml").read_text()
-    doc = yaml.safe_load(text)
-    assert tuple(doc) == EVAL_YAML_KEYS == ("name", "description", "evaluation_framework", "tasks")
-    assert doc["name"] and doc["evaluation_framework"] == "casu-harness"
-    assert "&id" not in text and "*id" not in text
-    by_id = {t["id"]: t for t in doc["tasks"]}
-    assert set(by_id) == {*mcq_tasks(), "scene_description"} and len(mcq_tasks()) == 4
-    for tid, t in by_id.items():
-        assert tuple(t) == EVAL_TASK_KEYS and t["split"] == "test" and (casu_small / t["config"]).is_dir()
-    values = doc["description"].split("(0-100, full audio): ")[1]
-    assert (
-        f"{', '.join(mcq_tasks())}: accuracy x100" in values
-        and "scene_description: BERTScore F1 x100" in values
-    )
-    assert "(eval.yaml)" in (casu_small / "README.md").read_text()
-
-
-def test_eval_results_entries_match_the_datasets_eval_yaml(casu_small):
-    """Each .eval_results entry `harness push` / `pr-eval-results` writes names a task of the built
-    dataset's eval.yaml, with its evaluation_framework and the metric its description names."""
-    import yaml
-
-    from harness import simple_evaluate
-    from harness.output.hub import eval_results_entries
-
-    doc = yaml.safe_load((casu_small / "eval.yaml").read_text())
-    res = simple_evaluate("random", tasks="all", dataset=str(casu_small), probe=False, limit=2)
-    entries = eval_results_entries(
-        res.document, "org/casu", "https://huggingface.co/datasets/org/casu-results"
-    )
-    ids = {t["id"] for t in doc["tasks"]}
-    assert {e["dataset"]["task_id"] for e in entries} == ids
-    # "role_inference, ...: accuracy x100; scene_description: BERTScore F1 x100" -> task -> label
-    values = doc["description"].split("(0-100, full audio): ")[1].split(". ")[0]
-    label = {
-        tid.strip(): lab
-        for part in values.split("; ")
-        for tids, lab in [part.split(": ")]
-        for tid in tids.split(",")
-    }
-    names = {"accuracy": "accuracy x100", "bertscore_f1": "BERTScore F1 x100"}
-    for e in entries:
-        assert e["evaluation_framework"] == doc["evaluation_framework"] and 0 <= e["value"] <= 100
-        assert label[e["dataset"]["task_id"]] == names[e["notes"].split(" x100")[0]]
 
 
 def test_reader_checks_the_build_once_and_rows_keep_no_audio(casu_small, monkeypatch):
@@ -332,3 +230,71 @@ def test_a_hub_id_reads_the_rows_the_folder_holds(casu_small, tmp_path, monkeypa
     assert asked == [("casu-org/casu", "role_inference", "test")]
     assert rows == local and [r.audio_bytes for r in rows] == [r.audio_bytes for r in local]
     np.testing.assert_array_equal(rows[0].waveform, local[0].waveform)
+
+
+# -- damaged folders: (id, run(ctx) -> Outcome, expectation) -------------------------------------
+
+
+def load_case(c: Ctx, d: Path) -> Outcome:
+    """casu_dataset.load, the notebook reader: a LoadError naming the problem, never a wrong item."""
+    from casu_dataset.dataset.loading import LoadError, load
+
+    return expect_error(lambda: load(d, ROLE), LoadError)
+
+
+CASES = [
+    # casu_dataset.load reads a folder with the same checks as the harness
+    (
+        "load-options-one-string",
+        lambda c: load_case(c, table_edit(c, "lo", setcol("options", lambda t: ["wxyz"] * len(t)))),
+        (E, 2, "options", "list of strings"),
+    ),
+    (
+        "load-answer-int",
+        lambda c: load_case(c, table_edit(c, "la", setcol("answer", lambda t: [1] * len(t)))),
+        (E, 2, "answer", "int64"),
+    ),
+    (
+        "load-duplicate-ids",
+        lambda c: load_case(c, table_edit(c, "li", setcol("id", lambda t: ["s"] * len(t)))),
+        (E, 2, "given twice"),
+    ),
+    (
+        "load-truncated-parquet",
+        lambda c: load_case(c, truncated(c, "lt")),
+        (E, 2, SHARD, "not a readable parquet"),
+    ),
+    (
+        "load-card-latin1",
+        lambda c: (
+            lambda d: (
+                (d / "README.md").write_bytes(
+                    (d / "README.md").read_text().replace("# tiny", "# caf\xe9").encode("latin-1")
+                )
+                and load_case(c, d)
+            )
+        )(tiny_dataset(c.tmp / "lc", 2, "lc")),
+        (E, 2, "README.md", "not UTF-8"),
+    ),
+    (
+        "load-card-parent-glob",
+        lambda c: (
+            lambda d: (
+                (d / "README.md").write_text(
+                    (d / "README.md").read_text().replace(f"path: {ROLE}/*.parquet", "path: ../*/*.parquet")
+                )
+                and load_case(c, d)
+            )
+        )(tiny_dataset(c.tmp / "lg", 2, "lg")),
+        (E, 2, "../*/*.parquet", "outside"),
+    ),
+]
+
+
+def test_case_ids_are_unique():
+    assert duplicate_ids(CASES) == []
+
+
+@pytest.mark.parametrize("case_id, run, expect", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(corpus_ctx, tmp_path, case_id, run, expect):
+    check_case(corpus_ctx, tmp_path, case_id, run, expect)

@@ -1,6 +1,7 @@
-"""Recording robustness (issue 27): realization 2 of a build (every non-speech layer on another
-recording of the same bank type; speech and timeline unchanged), its own lock, the single-recording
-error, realization 1's bytes unchanged, and the harness's recording_consistency metric."""
+"""Recording robustness: realization 2 of a build (every non-speech layer on another recording of
+the same bank type; speech and timeline unchanged), its own lock, the single-recording error,
+realization 1's records free of any realization setting, and the harness's recording_consistency
+metric."""
 
 from __future__ import annotations
 
@@ -72,9 +73,8 @@ def r2_small(casu_small, session_cache):
 
 
 def test_realization1_records_no_realization_setting(casu_small):
-    """Realization 1's build records are as before issue 27: the realization-2 key is added only
-    to realization 2's settings (its bytes were compared file by file with the pre-change build
-    when realization 2 was added; the library has changed since, so no golden hashes here)."""
+    """Realization 1's build report records no realization setting: the key is added only to
+    realization 2's settings."""
     report = json.loads((casu_small / "build_report.json").read_text())
     assert "realization" not in report["settings"]
 

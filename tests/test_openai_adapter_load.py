@@ -1,4 +1,4 @@
-"""Issue 24: the openai-audio adapter under load, against a flaky local OpenAI-compatible server
+"""The openai-audio adapter under load, against a flaky local OpenAI-compatible server
 (20-120 ms latency, 15% 429 with Retry-After: 1, 10% 500, 3% dropped connections).
 
 `concurrency` is the number of requests in flight whatever --batch_size is; 429s are waited out
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny_dataset
 from flaky_api import FlakyAPI
-from test_harness_integrity import tiny_dataset
 
 N = 32
 
