@@ -132,7 +132,7 @@ def test_trust_remote_code_against_model_args_false_is_named(casu_small):
 def test_a_checkpoint_of_another_family_is_refused_before_its_weights(casu_small, tmp_path):
     import time
 
-    from tests import tiny_models as tiny
+    import tiny_models as tiny
 
     ckpt = tiny.build_qwen2_audio(tmp_path / "qwen2-audio")
     t0 = time.perf_counter()
