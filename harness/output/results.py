@@ -13,7 +13,7 @@ from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
 from harness.output.files import checkpoint, run_key
 from harness.output.lmeval import sample_lines, task_hash, view
-from harness.scoring.metrics import MCQ, METRICS, TEXT
+from harness.scoring.metrics import MCQ, METRICS, TEXT, Metric
 
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 
@@ -24,7 +24,41 @@ def mcq_order() -> tuple[str, ...]:
 
 
 def short(task: str) -> str:
-    return contract.get_task(task).short
+    """A task's column label: the registry's short name, else (a task added with --include_path)
+    its name."""
+    spec = contract.registered_task(task)
+    return spec.short if spec is not None else task
+
+
+def task_kind(task: str, *docs: dict) -> str:
+    """MCQ or TEXT: the registry's kind, else the output_type a document recorded for the task
+    (`config.task_configs`, its resolved YAML), else multiple choice when its results have an
+    accuracy."""
+    spec = contract.registered_task(task)
+    if spec is not None:
+        return MCQ if spec.is_mcq else TEXT
+    for d in docs:
+        cfg = ((d.get("config") or {}).get("task_configs") or {}).get(task) or {}
+        if cfg.get("output_type") in (MCQ, TEXT):
+            return cfg["output_type"]
+    return (
+        MCQ if any("accuracy" in m for d in docs for m in (d["results"].get(task) or {}).values()) else TEXT
+    )
+
+
+def other_tasks(kind: str, *docs: dict) -> list[str]:
+    """The tasks of `kind` in the documents that the tables' fixed columns do not hold (tasks
+    added with --include_path; any free-text task but scene description), sorted by name."""
+    fixed = set(mcq_order()) | {DESCRIPTION_TASK}
+    present = {t for d in docs for t in d["results"]} - fixed
+    return sorted(t for t in present if task_kind(t, *docs) == kind)
+
+
+def mcq_tasks_in(*docs: dict) -> list[str]:
+    """The multiple-choice tasks the documents hold: the registry's in registry order, then the
+    others (--include_path) sorted by name."""
+    present = {t for d in docs for t in d["results"]}
+    return [t for t in mcq_order() if t in present] + other_tasks(MCQ, *docs)
 
 
 PACKAGES = [
@@ -168,34 +202,50 @@ def has_families(*docs: dict) -> bool:
     return any("family_accuracy" in m for d in docs for c in d["results"].values() for m in c.values())
 
 
-def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "") -> str:
+def _text_columns(*docs: dict) -> list[tuple[str, Metric]]:
+    """(task, metric) of the free-text tasks besides scene description: each metric with a column
+    that the task has in some document, in registry order."""
+    return [
+        (t, m)
+        for t in other_tasks(TEXT, *docs)
+        for m in _columns(TEXT)
+        if any(m.name in c for d in docs for c in (d["results"].get(t) or {}).values())
+    ]
+
+
+def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "", others: tuple = ((), ())) -> str:
     r = doc["results"]
     sd = r.get(DESCRIPTION_TASK, {}).get(full, {})
     name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "") + mark
     cells = [name, *(m.cell(sd.get(m.name)) for m in _columns(TEXT))]
     limited = bool(doc.get("config", {}).get("limit"))
+    mcq, text = [*mcq_order(), *others[0]], others[1]
     cells += [
-        _acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "")
-        for t in mcq_order()
+        _acc_fam(r.get(t, {}).get(full)) + (_n_ci(r.get(t, {}).get(full)) if limited else "") for t in mcq
     ]
+    cells += [m.cell((r.get(t, {}).get(full) or {}).get(m.name)) for t, m in text]
     if limited:
-        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order())
+        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq)
         cells[0] += f" (--limit {doc['config']['limit']}, n={n})"
     return "| " + " | ".join(cells) + " |"
 
 
 def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
-    """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run."""
+    """Paper table 1: scene description metrics | the four tasks' accuracy (%), one row per run;
+    then a column per other multiple-choice task in the runs (--include_path, by name) and per
+    metric of each other free-text task."""
     fam = has_families(*docs)
-    head = (
-        "| Model | "
-        + "".join(m.label + " | " for m in _columns(TEXT))
-        + " | ".join(short(t) + (" acc / fam" if fam else "") for t in mcq_order())
-        + " |"
-    )
-    sep = "|" + "---|" * (1 + len(_columns(TEXT)) + len(mcq_order()))
+    others = (other_tasks(MCQ, *docs), _text_columns(*docs))
+    heads = [
+        "Model",
+        *(m.label for m in _columns(TEXT)),
+        *(short(t) + (" acc / fam" if fam else "") for t in (*mcq_order(), *others[0])),
+        *(f"{t} {m.label}" for t, m in others[1]),
+    ]
+    head = "| " + " | ".join(heads) + " |"
+    sep = "|" + "---|" * len(heads)
     marks = other_data(docs)
-    lines = [head, sep, *(_table1_row(d, full, marks.get(id(d), "")) for d in docs)]
+    lines = [head, sep, *(_table1_row(d, full, marks.get(id(d), ""), others) for d in docs)]
     if marks:
         ref = _identity_of(docs[0])
         lines += [
@@ -256,15 +306,17 @@ def latest_runs(output_path: str | Path, skipped: list | None = None, full_only:
 
 
 def table2(doc: dict) -> str:
-    """Paper table 2: accuracy (%) per layer condition (P speech, E events, B background)."""
+    """Paper table 2: accuracy (%) per layer condition (P speech, E events, B background), a column
+    per multiple-choice task of the run (the registry's, then --include_path's by name)."""
     r = doc["results"]
     conds = doc["config"]["conditions"]
-    head = "| P | E | B | " + " | ".join(short(t) for t in mcq_order() if t in r) + " |"
-    sep = "|---|---|---|" + "---|" * sum(t in r for t in mcq_order())
+    tasks = mcq_tasks_in(doc)
+    head = "| P | E | B | " + " | ".join(short(t) for t in tasks) + " |"
+    sep = "|---|---|---|" + "---|" * len(tasks)
     rows = [head, sep]
     for c in conds:
         marks = ["✓" if ch != "_" else "×" for ch in c]
-        rows.append("| " + " | ".join(marks + [_acc_fam(r[t].get(c)) for t in mcq_order() if t in r]) + " |")
+        rows.append("| " + " | ".join(marks + [_acc_fam(r[t].get(c)) for t in tasks]) + " |")
     return "\n".join(rows)
 
 
@@ -425,16 +477,58 @@ def robustness_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def accuracy_plot_data(doc: dict) -> dict:
-    """What the accuracy plot shows: per multiple-choice task at full audio (or the last
-    condition), accuracy and, on contrast-family data, family accuracy (the headline metric),
-    each in % with its 95% interval; the title names the run and, for a --limit run, says
-    PARTIAL with the limit and n."""
+ONE_FAMILY = "1 family: too few"  # a task whose intervals come from one family: no interval to show
+CHANCE = {"accuracy": 25.0, "family_accuracy": 100 / 256}  # %: one of 4 options; all 4 variants by chance
+
+
+def _families(m: dict | None) -> int | None:
+    """The contrast families a task's family accuracy was computed over (None: not family data)."""
+    fam = (m or {}).get("family_accuracy") or {}
+    if fam.get("value") is None:
+        return None
+    return fam.get("families", fam.get("n"))
+
+
+def _top(values: list[float], metric: str) -> float:
+    """The top of a plot's y-axis (or colour scale) in %, from the data: the largest value or
+    upper interval end and the chance level, with headroom, at least 5%, at most 105%."""
+    return min(105.0, max(5.0, 1.15 * max([*values, CHANCE[metric]]) + 1.0))
+
+
+def _plot_tasks(doc: dict, cond: str) -> tuple[list[str], list[str], list[str]]:
+    """The multiple-choice tasks a plot shows (registry order, then --include_path's by name), those
+    evaluated on a single contrast family at `cond`, and their tick labels (that one says so)."""
+    tasks = mcq_tasks_in(doc)
+    too_few = [t for t in tasks if _families(doc["results"][t].get(cond)) == 1]
+    labels = [short(t) + (f"\n({ONE_FAMILY})" if t in too_few else "") for t in tasks]
+    return tasks, too_few, labels
+
+
+def _plot_title(doc: dict, cond: str | None) -> str:
     r = doc["results"]
     conds = doc["config"]["conditions"]
     full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
+    limit = (doc.get("config") or {}).get("limit")
+    title = display_name(doc) + (f" ({cond})" if cond else "")
+    if limit:
+        n = sum((r[t].get(full) or {}).get("n", 0) for t in mcq_tasks_in(doc))
+        title = f"PARTIAL (--limit {limit}, n={n}): {title}"
+    return title
+
+
+def accuracy_plot_data(doc: dict) -> dict:
+    """What the accuracy plot shows: per multiple-choice task (the registry's, then the others in
+    the run by name) at full audio (or the last condition), accuracy and, on contrast-family data,
+    family accuracy (the headline metric), each in % with its 95% interval (lo, hi; None for a task
+    evaluated on a single family, whose interval is a point: `too_few`, labelled ONE_FAMILY);
+    `ylim`: each metric's y-axis top, from the data (family accuracy: from the tasks with more than
+    one family); the title names the run and, for a --limit run, says PARTIAL with the limit and n."""
+    r = doc["results"]
+    conds = doc["config"]["conditions"]
+    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
+    tasks, too_few, labels = _plot_tasks(doc, full)
     bars = []
-    for t in (t for t in mcq_order() if t in r):
+    for t in tasks:
         m = r[t].get(full) or {}
         for metric in ("accuracy", "family_accuracy"):
             a = m.get(metric) or {}
@@ -442,22 +536,77 @@ def accuracy_plot_data(doc: dict) -> dict:
                 continue
             v = 100 * a["value"]
             ci = a.get("ci95") or [a["value"], a["value"]]
-            bars.append({"task": t, "metric": metric, "value": v, "lo": 100 * ci[0], "hi": 100 * ci[1]})
+            lo, hi = (None, None) if t in too_few else (100 * ci[0], 100 * ci[1])
+            bars.append({"task": t, "metric": metric, "value": v, "lo": lo, "hi": hi})
+    # Each axis from its data; a single family's family accuracy (0 or 100%) does not set it (its bar
+    # may run off the top, its label says so).
+    ylim = {}
+    for metric in ("accuracy", "family_accuracy"):
+        shown = [b for b in bars if b["metric"] == metric]
+        if shown:
+            scaled = [b for b in shown if metric == "accuracy" or b["task"] not in too_few] or shown
+            ylim[metric] = _top([b["value"] if b["hi"] is None else b["hi"] for b in scaled], metric)
     limit = (doc.get("config") or {}).get("limit")
-    title = f"{display_name(doc)} ({full})"
-    if limit:
-        n = sum((r.get(t, {}).get(full) or {}).get("n", 0) for t in mcq_order() if t in r)
-        title = f"PARTIAL (--limit {limit}, n={n}): {title}"
     return {
+        "tasks": [t for t in tasks if any(b["task"] == t for b in bars)],
+        "labels": [lab for t, lab in zip(tasks, labels) if any(b["task"] == t for b in bars)],
         "bars": bars,
+        "too_few": [t for t in too_few if any(b["task"] == t for b in bars)],
+        "ylim": ylim,
         "family": any(b["metric"] == "family_accuracy" for b in bars),
         "partial": bool(limit),
-        "title": title,
+        "title": _plot_title(doc, full),
         "condition": full,
     }
 
 
+def ablation_plot_data(doc: dict) -> dict | None:
+    """What the ablation heatmap shows (None: the run had one condition, or no multiple-choice
+    task): per condition (rows) and multiple-choice task (columns), accuracy and, on contrast-family
+    data, family accuracy in % (None where not evaluated), each with its colour-scale top (accuracy
+    100, family accuracy from the data, so a few % stay visible); tick labels say which tasks had a
+    single family."""
+    r = doc["results"]
+    conds = doc["config"]["conditions"]
+    tasks = mcq_tasks_in(doc)
+    if len(conds) < 2 or not tasks:
+        return None
+    full = FULL_CONDITION if FULL_CONDITION in conds else conds[-1]
+    _, too_few, labels = _plot_tasks(doc, full)
+
+    def grid(metric: str) -> list[list[float | None]]:
+        out: list[list[float | None]] = []
+        for c in conds:
+            row: list[float | None] = []
+            for t in tasks:
+                v = ((r[t].get(c) or {}).get(metric) or {}).get("value")
+                row.append(None if v is None else 100 * v)
+            out.append(row)
+        return out
+
+    acc, fam = grid("accuracy"), grid("family_accuracy")
+    fam_values = [v for row in fam for v in row if v is not None]
+    scaled = [v for row in fam for t, v in zip(tasks, row) if v is not None and t not in too_few]
+    return {
+        "tasks": tasks,
+        "labels": labels,
+        "too_few": too_few,
+        "conditions": list(conds),
+        "accuracy": acc,
+        "family_accuracy": fam if fam_values else None,
+        "vmax": {
+            "accuracy": 100.0,
+            "family_accuracy": _top(scaled or fam_values, "family_accuracy") if fam_values else None,
+        },
+        "partial": bool((doc.get("config") or {}).get("limit")),
+        "title": _plot_title(doc, None),
+    }
+
+
 def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
+    """accuracy_by_task<stamp>.png (accuracy_plot_data: one panel per metric, each y-axis from its
+    data) and, for a run with several conditions, ablation_heatmap<stamp>.png (ablation_plot_data:
+    accuracy and family accuracy side by side). Returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -471,73 +620,111 @@ def plots(doc: dict, out_dir: Path, stamp: str = "") -> list[Path]:
             fig.savefig(f, dpi=120, format="png")
         plt.close(fig)
 
-    r = doc["results"]
-    tasks = [t for t in mcq_order() if t in r]
+    def ticks(ax, labels, too_few_flags):
+        long = len(labels) > 5 or any(len(x.split("\n")[0]) > 14 for x in labels)
+        ax.set_xticks(
+            range(len(labels)),
+            labels,
+            fontsize=7,
+            rotation=20 if long else 0,
+            ha="right" if long else "center",
+        )
+        for lab, flag in zip(ax.get_xticklabels(), too_few_flags):
+            if flag:
+                lab.set_color("#B00020")
+
     written: list[Path] = []
-    if not tasks:
-        return written
-    conds = doc["config"]["conditions"]
     data = accuracy_plot_data(doc)
     if not data["bars"]:
         return written
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    width = 0.38 if data["family"] else 0.6
-    x = np.arange(len(tasks))
-    for k, (metric, color, label) in enumerate(
-        (
-            ("accuracy", "#4C72B0", "accuracy (per variant)"),
-            ("family_accuracy", "#DD8452", "family accuracy (all 4 right)"),
-        )
-    ):
+    tasks = data["tasks"]
+    flags = [t in data["too_few"] for t in tasks]
+    title_color = "#B00020" if data["partial"] else "black"
+    panels = [
+        ("accuracy", "#4C72B0", "accuracy per variant (%)", "chance per variant (25%)", "--"),
+        ("family_accuracy", "#DD8452", "family accuracy, all 4 right (%)", "chance per family (0.39%)", ":"),
+    ]
+    panels = [pn for pn in panels if pn[0] in data["ylim"]]
+    width_in = max(6.4, 1.1 * len(tasks) + 2.0)
+    fig, axes = plt.subplots(
+        len(panels), 1, sharex=True, figsize=(width_in, 2.4 * len(panels) + 1.2), squeeze=False
+    )
+    for ax, (metric, color, ylabel, chance_label, ls) in zip(axes[:, 0], panels):
         bars = [b for b in data["bars"] if b["metric"] == metric]
-        if not bars:
-            continue
-        off = (k - 0.5) * width if data["family"] else 0.0
-        xs = [x[tasks.index(b["task"])] + off for b in bars]
-        vals = [b["value"] for b in bars]
-        err = [[max(0.0, b["value"] - b["lo"]) for b in bars], [max(0.0, b["hi"] - b["value"]) for b in bars]]
-        ax.bar(xs, vals, width, yerr=err, capsize=3, color=color, label=label)
-        for xi, v in zip(xs, vals):  # the value, also where the bar has no height (a family accuracy of 0)
-            ax.text(xi, v + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
-    ax.axhline(25, ls="--", color="grey", lw=1, label="chance per variant (25%)")
-    if data["family"]:
-        ax.axhline(100 / 256, ls=":", color="grey", lw=1, label="chance per family (0.39%)")
-    ax.set_xticks(x, [short(t) for t in tasks])
+        top = data["ylim"][metric]
+        xs = [tasks.index(b["task"]) for b in bars]
+        ax.bar(xs, [b["value"] for b in bars], 0.6, color=color)
+        with_ci = [(x, b) for x, b in zip(xs, bars) if b["lo"] is not None]
+        if with_ci:
+            ax.errorbar(
+                [x for x, _ in with_ci],
+                [b["value"] for _, b in with_ci],
+                yerr=[
+                    [max(0.0, b["value"] - b["lo"]) for _, b in with_ci],
+                    [max(0.0, b["hi"] - b["value"]) for _, b in with_ci],
+                ],
+                fmt="none",
+                ecolor="black",
+                capsize=3,
+                lw=1,
+                label="95% bootstrap interval",
+            )
+        for x, b in zip(xs, bars):  # the value, also where the bar has no height (a family accuracy of 0)
+            above = b["value"] if b["hi"] is None else max(b["value"], b["hi"])
+            off_top = b["value"] > top  # a single family's bar, above the axis its data did not set
+            ax.text(
+                x,
+                min(above + 0.01 * top, 0.9 * top),
+                f"{b['value']:.1f}" + (" ↑" if off_top else ""),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+        ax.axhline(CHANCE[metric], ls=ls, color="grey", lw=1, label=chance_label)
+        ax.set_ylim(0, top)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.legend(loc="upper right", fontsize=6)
+    ax = axes[-1, 0]
     ax.set_xlim(-0.75, len(tasks) - 0.25)
-    ax.set_ylabel("%  (95% bootstrap intervals)")
-    ax.set_ylim(0, 100)
-    ax.set_title(data["title"], fontsize=9, color="#B00020" if data["partial"] else "black")
-    ax.legend(loc="upper right", fontsize=7)
+    ticks(ax, data["labels"], flags)
+    axes[0, 0].set_title(data["title"], fontsize=9, color=title_color)
     fig.tight_layout()
     p = out_dir / f"accuracy_by_task{stamp}.png"
     save(fig, p)
     written.append(p)
-    conds = doc["config"]["conditions"]
-    if len(conds) > 1:
-        grid = np.array(
-            [
-                [100 * ((r[t].get(c, {}).get("accuracy") or {}).get("value") or np.nan) for t in tasks]
-                for c in conds
-            ]
-        )
-        fig, ax = plt.subplots(figsize=(6, 0.45 * len(conds) + 1.2))
-        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
-        ax.set_xticks(range(len(tasks)), [short(t) for t in tasks])
+
+    heat = ablation_plot_data(doc)
+    if heat is None:
+        return written
+    conds, tasks = heat["conditions"], heat["tasks"]
+    flags = [t in heat["too_few"] for t in tasks]
+    shown = [("accuracy", "accuracy (%)")] + (
+        [("family_accuracy", "family accuracy, all 4 right (%)")] if heat["family_accuracy"] else []
+    )
+    width_in = max(4.8, 0.9 * len(tasks) + 2.2)
+    fig, axes = plt.subplots(
+        1, len(shown), figsize=(width_in * len(shown), 0.45 * len(conds) + 1.8), squeeze=False
+    )
+    for ax, (metric, label) in zip(axes[0], shown):
+        grid = np.array([[np.nan if v is None else v for v in row] for row in heat[metric]], dtype=float)
+        vmax = heat["vmax"][metric]
+        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
+        ticks(ax, heat["labels"], flags)
         ax.set_yticks(range(len(conds)), conds)
         for i in range(len(conds)):
             for j in range(len(tasks)):
-                ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="w", fontsize=8)
-        ax.set_ylabel("layers kept (P speech, E events, B background)")
-        ax.set_title(
-            data["title"].replace(f" ({data['condition']})", ""),
-            fontsize=9,
-            color="#B00020" if data["partial"] else "black",
-        )
-        fig.colorbar(im, ax=ax, label="accuracy (%)")
-        fig.tight_layout()
-        p = out_dir / f"ablation_heatmap{stamp}.png"
-        save(fig, p)
-        written.append(p)
+                v = grid[i, j]
+                text = "-" if np.isnan(v) else f"{v:.1f}"
+                dark = np.isnan(v) or v < 0.6 * vmax  # viridis: dark at the bottom, yellow at the top
+                ax.text(j, i, text, ha="center", va="center", color="w" if dark else "black", fontsize=8)
+        ax.set_title(label, fontsize=8)
+        fig.colorbar(im, ax=ax, label="%")
+    axes[0, 0].set_ylabel("layers kept (P speech, E events, B background)", fontsize=8)
+    fig.suptitle(heat["title"], fontsize=9, color="#B00020" if heat["partial"] else "black")
+    fig.tight_layout()
+    p = out_dir / f"ablation_heatmap{stamp}.png"
+    save(fig, p)
+    written.append(p)
     return written
 
 
