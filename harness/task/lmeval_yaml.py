@@ -13,6 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from casu_dataset.core.errors import CasuError
+
 # Keys only lm-eval's schema has: a YAML with any of them is read as lm-eval's.
 LMEVAL_KEYS = frozenset(
     {
@@ -54,8 +56,9 @@ OUTPUT_TYPES = ("multiple_choice", "generate_until")
 LETTERS = "ABCDEFGHIJ"
 
 
-class LmEvalYamlError(ValueError):
-    """A problem with an lm-eval-style task file; the caller adds the file name."""
+class LmEvalYamlError(CasuError, ValueError):
+    """A problem with an lm-eval-style task file or a row it renders; the caller adds the file
+    name (TaskConfigError) or the dataset and row (LoadError). Exit code 2, a bad input."""
 
 
 def is_lmeval_task(data: dict) -> bool:
