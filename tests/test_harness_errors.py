@@ -1,8 +1,9 @@
 """Bad inputs to `python -m harness` (run, validate, table): files and folders, numeric and
 lm-eval flags, --model_args typed by the adapter's signature, tasks and task YAMLs, and built
 datasets with one thing wrong (schema, shards, card, scenes). Each is refused before any work
-with a named error and the documented exit code, or gives the right result; the rules are in
-tests/bad_input_corpus.py."""
+with a named error and the documented exit code, or gives the right result; a task YAML that
+fails is skipped and named while the other tasks run (exit 2 when nothing is left to run). The
+rules are in tests/bad_input_corpus.py."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from bad_input_corpus import (
     ROLE,
     ROOT,
     SHARD,
+    SKIP,
     TASK_YAML,
     Ctx,
     E,
@@ -380,8 +382,8 @@ CASES = [
     ),
     (
         "harness-gen-kwargs-unknown-key",
-        lambda c: c.run("--gen_kwargs", "top_k=5"),
-        (E, 2, "--gen_kwargs top_k", "not a generation setting"),
+        lambda c: c.run("--gen_kwargs", "beams=4"),
+        (E, 2, "--gen_kwargs beams", "not a generation setting"),
     ),
     (
         "harness-gen-kwargs-not-kv",
@@ -532,9 +534,13 @@ CASES = [
     (
         "include-path-redefines-builtin",
         lambda c: c.run("--include_path", str(write_task(c.tmp / "dup", "role_inference"))),
-        (E, 2, "role_inference.yaml", "defined twice"),
+        (SKIP, "skipped a task file", "role_inference.yaml", "defined twice"),
     ),
-    ("task-yaml-non-utf8-run", lambda c: non_utf8_task(c, True), (E, 2, "my_role.yaml", "UTF-8")),
+    (
+        "task-yaml-non-utf8-run",
+        lambda c: non_utf8_task(c, True),
+        (SKIP, "skipped a task file", "my_role.yaml", "UTF-8"),
+    ),
     ("task-yaml-non-utf8-validate", lambda c: non_utf8_task(c, False), (E, 2, "my_role.yaml", "UTF-8")),
     (
         "task-yaml-invalid",
@@ -543,7 +549,7 @@ CASES = [
             or (c.tmp / "i" / "x.yaml").write_text("a: [")
             and c.run("--include_path", str(c.tmp / "i"))
         ),
-        (E, 2, "x.yaml", "not valid YAML"),
+        (SKIP, "skipped a task file", "x.yaml", "not valid YAML"),
     ),
     (
         "task-yaml-list",
@@ -552,46 +558,65 @@ CASES = [
             or (c.tmp / "i" / "x.yaml").write_text("- 1")
             and c.run("--include_path", str(c.tmp / "i"))
         ),
-        (E, 2, "x.yaml", "mapping"),
+        (SKIP, "skipped a task file", "x.yaml", "mapping"),
     ),
     (
         "task-yaml-unknown-field",
         lambda c: c.run("--include_path", str(write_task(c.tmp / "u", colour="red"))),
-        (E, 2, "my_role.yaml", "colour"),
+        (SKIP, "skipped a task file", "my_role.yaml", "colour"),
     ),
     (
         "task-yaml-bad-metric",
         lambda c: c.run("--include_path", str(write_task(c.tmp / "m", metrics=["f1"]))),
-        (E, 2, "my_role.yaml", "metrics", "f1"),
+        (SKIP, "skipped a task file", "my_role.yaml", "metrics", "f1"),
     ),
     (
         "task-yaml-bad-placeholder",
         lambda c: c.run(
             "--include_path", str(write_task(c.tmp / "p", prompt_template="{question} {options} {nope}"))
         ),
-        (E, 2, "my_role.yaml", "nope"),
+        (SKIP, "skipped a task file", "my_role.yaml", "nope"),
     ),
     (
         "task-yaml-version-text",
         lambda c: c.run("--include_path", str(write_task(c.tmp / "v", version="one"))),
-        (E, 2, "my_role.yaml", "version"),
+        (SKIP, "skipped a task file", "my_role.yaml", "version"),
     ),
     (
         "task-yaml-max-new-tokens-0",
         lambda c: c.run("--include_path", str(write_task(c.tmp / "g", generation={"max_new_tokens": 0}))),
-        (E, 2, "my_role.yaml", "max_new_tokens"),
+        (SKIP, "skipped a task file", "my_role.yaml", "max_new_tokens"),
     ),
     (
         "task-yaml-temperature-text",
         lambda c: c.run("--include_path", str(write_task(c.tmp / "g", generation={"temperature": "hot"}))),
-        (E, 2, "my_role.yaml", "temperature"),
+        (SKIP, "skipped a task file", "my_role.yaml", "temperature"),
+    ),
+    (
+        "task-yaml-unknown-field-only-task",
+        lambda c: c.run("--include_path", str(write_task(c.tmp / "u", colour="red")), tasks="my_role"),
+        (E, 2, "my_role.yaml", "colour", "no such task"),
+    ),
+    (
+        "task-yaml-bad-metric-only-task",
+        lambda c: c.run("--include_path", str(write_task(c.tmp / "m", metrics=["f1"])), tasks="my_role"),
+        (E, 2, "my_role.yaml", "metrics", "f1"),
+    ),
+    (
+        "task-yaml-invalid-only-task",
+        lambda c: (
+            (c.tmp / "i").mkdir()
+            or (c.tmp / "i" / "x.yaml").write_text("a: [")
+            and c.run("--include_path", str(c.tmp / "i"), tasks="x")
+        ),
+        (E, 2, "x.yaml", "not valid YAML", "--tasks 'x'"),
     ),
     (
         "task-yaml-name-mismatch",
         lambda c: (
             lambda d: [(d / "my_role.yaml").rename(d / "other.yaml")] and c.run("--include_path", str(d))
         )(write_task(c.tmp / "n")),
-        (E, 2, "other.yaml", "must match the file name"),
+        (SKIP, "skipped a task file", "other.yaml", "must match the file name"),
     ),
     (
         "validate-missing-file",
