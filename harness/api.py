@@ -51,7 +51,8 @@ class Results(dict):
 
         super().__init__(view(document))
         self.document = document
-        self.samples = samples or {}
+        # plain dicts, as written to casu_samples_*.jsonl (scoring's ScoredRecords, read out)
+        self.samples = {t: [dict(r) for r in recs] for t, recs in (samples or {}).items()}
         self.path = path
         self.main_process = main_process  # False on the non-main ranks of a distributed run (nothing written)
         # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,

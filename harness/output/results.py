@@ -767,7 +767,7 @@ def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
         p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
         with atomic_open(p) as f:
             for r in recs:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.write(json.dumps(dict(r), ensure_ascii=False) + "\n")
         logs[task] = file_record(p)
         p = d / f"samples_{task}_{stamp}.jsonl"  # lm-eval's sample lines
         with atomic_open(p) as f:

@@ -20,6 +20,7 @@ from harness.run.runner import (
 from harness.scoring import metrics
 from harness.scoring.metrics import JudgeEventMatcher, ScoringContext
 from harness.scoring.parsing import LLMJudge
+from harness.scoring.records import ScoredRecord
 from harness.task.config import TaskConfig
 from model_adapters.base import Adapter
 
@@ -86,7 +87,7 @@ def audio_probe(
     return {"status": status, "task": task.task, "questions": per_q}
 
 
-def _mcq_metrics(recs: list[dict], task: TaskConfig, context: ScoringContext) -> dict:
+def _mcq_metrics(recs: list[ScoredRecord], task: TaskConfig, context: ScoringContext) -> dict:
     base = [r for r in recs if r["rotation"] == 0]
     ok = [r for r in base if r["method"] != "error"]
     scored = metrics.Scored(recs, ok, context)
@@ -131,7 +132,9 @@ def limit_samples(samples: list, limit: int) -> list:
     return out
 
 
-def _text_metrics(recs: list[dict], task: TaskConfig, context: ScoringContext) -> tuple[dict, list[dict]]:
+def _text_metrics(
+    recs: list[ScoredRecord], task: TaskConfig, context: ScoringContext
+) -> tuple[dict, list[ScoredRecord]]:
     ok = [r for r in recs if "error" not in r]
     res: dict = {
         "n": len(ok),
@@ -258,7 +261,7 @@ def evaluate(
         "inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits
     )
     results: dict[str, dict] = {}
-    samples_out: dict[str, list[dict]] = {}
+    samples_out: dict[str, list[ScoredRecord]] = {}
     errors: list[dict] = []
     for t in tasks:
         results[t.task] = {}

@@ -28,6 +28,7 @@ from harness.run.concurrent import process_concurrently
 from harness.run.conditions import FULL, Condition
 from harness.run.data import CasuData
 from harness.scoring.parsing import LETTERS, parse_choice
+from harness.scoring.records import ScoredRecord
 from harness.task.config import TaskConfig
 from harness.task.prompts import item, rotate, task_prompt
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
@@ -375,55 +376,54 @@ def _free_cuda() -> None:
         pass
 
 
-def score_unit(u: Unit, res: dict, judge=None) -> dict:
+def score_unit(u: Unit, res: dict, judge=None) -> ScoredRecord:
+    """The model's output for one unit, scored: parsed and checked against the key, or kept with
+    its reference for the description metrics."""
     s = u.sample
-    rec = {
-        "id": s.id,
-        "task": u.task.task,
-        "condition": u.condition.name,
-        "rotation": u.rotation,
-        "scene_id": s.scene_id,
-        "place": s.place,
-        "speech_type": s.speech_type,
-        "layers": s.layers,
-        "minimal_pair_id": s.minimal_pair_id,
-        "mode": u.mode,
-        "question": s.question,
-        "prompt": u.prompt,
-        "options": u.options,
-        "answer": u.answer,
-    }
-    if u.system is not None:
-        rec["system"] = u.system
+    mcq = u.task.output_type == "multiple_choice"
+    rec = ScoredRecord(
+        id=s.id,
+        task=u.task.task,
+        condition=u.condition.name,
+        rotation=u.rotation,
+        scene_id=s.scene_id,
+        place=s.place,
+        speech_type=s.speech_type,
+        layers=s.layers,
+        minimal_pair_id=s.minimal_pair_id,
+        mode=u.mode,
+        question=s.question,
+        prompt=u.prompt,
+        options=u.options,
+        answer=u.answer,
+        multiple_choice=mcq,
+        system=u.system,
+    )
     if s.family_id:
-        rec.update(
-            family_id=s.family_id, variant=s.variant, family_shape=s.family_shape, slot_kind=s.slot_kind
-        )
+        rec.family_id, rec.variant = s.family_id, s.variant
+        rec.family_shape, rec.slot_kind = s.family_shape, s.slot_kind
     if "error" in res:
-        return dict(rec, error=res["error"], correct=False, parsed=None, method="error")
+        rec.error, rec.correct, rec.parsed, rec.method = res["error"], False, None, "error"
+        return rec
     response = res.get("response")
     if isinstance(response, str) and u.task.generation.until:  # lm-eval's `until`: cut at the first stop
         for stop in u.task.generation.until:
             response = response.split(stop, 1)[0]
-    if u.task.output_type == "multiple_choice":
+    if mcq:
         if u.mode == "loglikelihood":
             sc = res["scores"]
             best = [i for i, v in enumerate(sc) if v == max(sc)] if sc and np.all(np.isfinite(sc)) else []
             letter = LETTERS[best[0]] if len(best) == 1 else None  # a tie is not broken at random
-            rec.update(scores=sc, parsed=letter, method="loglikelihood" if letter else "unparsed")
+            rec.scores, rec.parsed, rec.method = sc, letter, "loglikelihood" if letter else "unparsed"
         else:
-            p = parse_choice(
-                res["response"] if response is None else response, u.options, judge=judge, question=s.question
-            )
-            rec.update(response=response, parsed=p.letter, method=p.method)
-        rec["correct"] = rec["parsed"] == u.answer
+            text = res["response"] if response is None else response
+            p = parse_choice(text, u.options, judge=judge, question=s.question)
+            rec.response, rec.parsed, rec.method = text, p.letter, p.method
+        rec.correct = rec.parsed == u.answer
     else:
-        rec.update(
-            response=response,
-            reference=s.reference if u.reference is None else u.reference,
-            event_descriptions=s.event_descriptions,
-            turns=s.turns,
-        )
+        rec.response = response
+        rec.reference = s.reference if u.reference is None else u.reference
+        rec.event_descriptions, rec.turns = s.event_descriptions, s.turns
     return rec
 
 

@@ -11,6 +11,7 @@ import contextvars
 import functools
 import re
 from collections import defaultdict
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -48,7 +49,7 @@ def mean_with_ci(values, seed: int = 0) -> dict:
     return {"value": float(np.mean(v)) if v else None, "ci95": bootstrap_ci(v, seed=seed), "n": len(v)}
 
 
-def paired_accuracy(records: list[dict]) -> dict:
+def paired_accuracy(records: Sequence[Mapping]) -> dict:
     """Minimal pairs: a pair counts as right only if every variant in it is answered right."""
     groups: dict[str, list[bool]] = defaultdict(list)
     for r in records:
@@ -145,7 +146,7 @@ def family_bootstrap(
     }
 
 
-def breakdown(records: list[dict], key: str) -> dict:
+def breakdown(records: Sequence[Mapping], key: str) -> dict:
     groups: dict[str, list[float]] = defaultdict(list)
     for r in records:
         k = r.get(key)
@@ -154,7 +155,7 @@ def breakdown(records: list[dict], key: str) -> dict:
     return {k: {"value": float(np.mean(v)), "n": len(v)} for k, v in sorted(groups.items())}
 
 
-def recording_consistency(r1: list[dict], r2: list[dict], seed: int = 0) -> dict | None:
+def recording_consistency(r1: Sequence[Mapping], r2: Sequence[Mapping], seed: int = 0) -> dict | None:
     """Recording robustness: the share of contrast families a model answers the same on
     two realizations of the dataset (realization 2: every non-speech layer on another recording of
     the same bank type, `casu build --realization 2`): every question of every variant of the
@@ -386,8 +387,8 @@ class ScoringContext:
 class Scored:
     """What a metric is computed from: one task's scored records under one condition."""
 
-    records: list[dict]  # every record, all rotations (--circular), failed requests included
-    ok: list[dict]  # the records scored: rotation 0, no error
+    records: Sequence[MutableMapping]  # ScoredRecords: all rotations, failed requests included
+    ok: Sequence[MutableMapping]  # the records scored: rotation 0, no error
     context: ScoringContext
 
     @property
