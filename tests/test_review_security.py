@@ -273,6 +273,96 @@ def test_the_decisions_log_is_parsed_incrementally(tmp_path):
     assert list(rv.final) == [("question", "only")]
 
 
+# -- the link the command prints -------------------------------------------------------------
+
+
+def _start_review(ds, tmp_path, tty: bool):
+    """`python -m casu_dataset review` in a subprocess, its stdout a pipe or a terminal (pty);
+    returns (process, stdout fd, what it printed up to its `open` line)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    if tty:
+        read_fd, write_fd = pty.openpty()
+    else:
+        read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "casu_dataset", "review", "--dataset", str(ds), "--port", "0"],
+        stdout=write_fd,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    os.close(write_fd)
+    out, t0 = b"", time.time()
+    while b"open http" not in out or not out.rstrip(b" ").endswith((b"\n", b"\r")):
+        if time.time() - t0 > 60 or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"no link printed: {out!r} {proc.stderr.read()!r}")
+        if select.select([read_fd], [], [], 0.5)[0]:
+            out += os.read(read_fd, 4096)
+    return proc, read_fd, out.decode()
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["stdout-redirected", "stdout-a-terminal"])
+def test_the_printed_link_opens_the_page_and_is_on_stdout_only(rows, tmp_path, tty):
+    """The `open` line is a link that works as printed (the page, and a decision saved through
+    it), on stdout whether or not it is a terminal; stderr, the decisions file and anything else
+    written under the run's folders never hold the link or the page's token."""
+    import os
+    import signal
+
+    ds = write_dataset(rows, tmp_path / "ds")
+    proc, fd, out = _start_review(ds, tmp_path, tty)
+    try:
+        url = re.search(r"open (http://\S+)", out).group(1)
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), out
+        with urllib.request.urlopen(url) as r:
+            assert r.status == 200 and "text/html" in r.headers["Content-Type"]
+            token = re.search(r'<meta name="casu-token" content="([^"]+)">', r.read().decode()).group(1)
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        assert post(port, DECISION, good_headers(port, token))[0] == 200
+        proc.send_signal(signal.SIGINT)  # Ctrl+C: a clean stop
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(fd)
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err and url not in err and token not in err, err
+    assert decisions_path(ds).exists()
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert url.encode() not in data and token.encode() not in data, f
+
+
+def test_the_link_is_printed_not_logged(rows, tmp_path, monkeypatch, caplog):
+    """The link goes to stdout with print(), never through logging: a log handler (a file, the
+    console's redaction of secrets) never holds or rewrites it."""
+    import logging
+
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+    from casu_dataset.review.server import ReviewServer
+
+    def stop(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ReviewServer, "serve_forever", stop)
+    ds = write_dataset(rows, tmp_path / "ds")
+    with caplog.at_level(logging.DEBUG):
+        rc, out, err = call_main(main, ["review", "--dataset", str(ds), "--port", "0"])
+    url = re.search(r"open (http://\S+)", out).group(1)
+    assert rc == 0 and url not in err
+    assert not [r for r in caplog.records if "http://" in r.getMessage()], caplog.records
+
+
 # -- secrets ----------------------------------------------------------------------------------
 
 
