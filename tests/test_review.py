@@ -184,6 +184,14 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
         statuses = drv.execute_script("return items.slice(1, 4).map(i => i.status)")
         assert statuses == ["accept", "reject", "edit"]
         assert "lesson is over" in drv.find_element(By.ID, "item-3").text
+        # readable in a 1280 px window too: the menus clear of the title, the timeline legible
+        from test_review_family import GEOMETRY, assert_readable
+
+        drv.set_window_size(1280, 900)
+        _wait(lambda: drv.execute_script("return innerWidth") == 1280)
+        g = drv.execute_script(GEOMETRY)
+        drv.save_screenshot(str(tmp_path / "review_page_1280.png"))
+        assert_readable(g, 1)
     finally:
         drv.quit()
     rv = load(decisions_path(ds))

@@ -469,3 +469,75 @@ def test_family_view_in_chromium_four_players_and_keyboard_decisions(served_v2, 
         rv.final[("family_question", "fx_class_lineup/contextual_reasoning")]["edit"]["question"]
         == "Why are the pupils told to line up?"
     )
+
+
+# The longest place in the scenario library: in a menu it is wider than the 300 px side bar.
+LONG_PLACE = "small boat at sea with an underwater microphone over the side"
+# A timeline PNG is 1000 px wide with 7-pt labels at 100 dpi (9.7 px). Shown at 800 px or more
+# its labels are at least 7.8 px tall, about the smallest a reader can make out; squeezed into a
+# variant's card at 1280 px they were 206 px wide (2 px labels).
+MIN_TIMELINE_PX = 800
+
+GEOMETRY = """
+const box = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+const main = document.getElementById('main'), side = document.getElementById('side');
+return {
+  width: innerWidth,
+  side: box(side),
+  menus: ['reviewer', 'fstatus', 'ftask', 'fplace', 'counts'].map(i => box(document.getElementById(i))),
+  title: box(document.querySelector('#scene h2')),
+  timelines: [...document.querySelectorAll('#timeline, img.timeline')].map(i => [...box(i), i.naturalWidth]),
+  overflow: {page: document.documentElement.scrollWidth, side: side.scrollWidth - side.clientWidth,
+             main: main.scrollWidth - main.clientWidth},
+  past_right: [...document.querySelectorAll('body *')].filter(e => box(e)[2] > innerWidth + 0.5)
+    .map(e => e.tagName + '#' + e.id).slice(0, 5),
+};
+"""
+
+
+def _intersect(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def assert_readable(g: dict, timelines: int) -> None:
+    """GEOMETRY's measurements at 1280 px: menus clear of the title and inside the side bar,
+    `timelines` legible pictures, nothing past the window's right edge."""
+    assert g["width"] == 1280, g
+    assert not [m for m in g["menus"] if _intersect(m, g["title"])], g
+    assert all(m[2] <= g["side"][2] for m in g["menus"]), g  # inside the side bar
+    assert len(g["timelines"]) == timelines, g
+    for left, _, right, _, natural in g["timelines"]:
+        assert natural == 1000 and right - left >= MIN_TIMELINE_PX, g
+    assert g["overflow"] == {"page": 1280, "side": 0, "main": 0} and not g["past_right"], g
+
+
+def test_family_view_is_readable_in_a_1280_px_window(v2_rows, tmp_path):
+    """At 1280x900 the filter menus stay in the side bar, clear of the family title, and each
+    variant's timeline is drawn at a legible width; nothing spills past the window's right edge."""
+    from selenium.webdriver.common.by import By
+    from test_review import _chrome, _wait
+
+    rows = copy.deepcopy(v2_rows)
+    for r in rows["scenes"]:
+        r["place"] = LONG_PLACE
+    ds = write_dataset(rows, tmp_path / "ds")
+    srv, _ = serve(ds, "127.0.0.1", 0, "tester")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    drv = _chrome()
+    try:
+        drv.set_window_size(1280, 900)
+        drv.get(f"http://127.0.0.1:{srv.server_address[1]}/")
+        _wait(lambda: drv.execute_script("return typeof fam !== 'undefined' && fam && fam.family_id"))
+        loaded = "return [...document.querySelectorAll('img.timeline')].every(i => i.naturalWidth)"
+        _wait(lambda: drv.execute_script(loaded))
+        assert LONG_PLACE in drv.find_element(By.ID, "fplace").get_attribute("innerHTML")
+        g = drv.execute_script(GEOMETRY)
+        drv.save_screenshot(str(tmp_path / "review_family_1280.png"))  # tmp only: look at it when it fails
+        assert_readable(g, 4)
+        # the focus box is the focused item's, also past the speech box between variants and questions
+        drv.execute_script("setFocus(5)")
+        assert drv.execute_script("return document.querySelector('.item.focus').id") == "item-5"
+    finally:
+        drv.quit()
+        srv.shutdown()
+        srv.server_close()

@@ -272,3 +272,174 @@ def test_the_decisions_log_is_parsed_incrementally(tmp_path):
     f.write_text(json.dumps({**rec, "item": "only"}) + "\n")  # replaced (shorter): read again from the start
     rv = log.review()
     assert list(rv.final) == [("question", "only")]
+
+
+# -- the link the command prints -------------------------------------------------------------
+
+
+def _start_review(ds, tmp_path, tty: bool):
+    """`python -m casu_dataset review` in a subprocess, its stdout a pipe or a terminal (pty);
+    returns (process, stdout fd, what it printed up to its `open` line)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    if tty:
+        read_fd, write_fd = pty.openpty()
+    else:
+        read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "casu_dataset", "review", "--dataset", str(ds), "--port", "0"],
+        stdout=write_fd,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    os.close(write_fd)
+    out, t0 = b"", time.time()
+    while b"open http" not in out or not out.rstrip(b" ").endswith((b"\n", b"\r")):
+        if time.time() - t0 > 60 or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"no link printed: {out!r} {proc.stderr.read()!r}")
+        if select.select([read_fd], [], [], 0.5)[0]:
+            out += os.read(read_fd, 4096)
+    return proc, read_fd, out.decode()
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["stdout-redirected", "stdout-a-terminal"])
+def test_the_printed_link_opens_the_page_and_is_on_stdout_only(rows, tmp_path, tty):
+    """The `open` line is a link that works as printed (the page, and a decision saved through
+    it), on stdout whether or not it is a terminal; stderr, the decisions file and anything else
+    written under the run's folders never hold the link or the page's token."""
+    import os
+    import signal
+
+    ds = write_dataset(rows, tmp_path / "ds")
+    proc, fd, out = _start_review(ds, tmp_path, tty)
+    try:
+        url = re.search(r"open (http://\S+)", out).group(1)
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), out
+        with urllib.request.urlopen(url) as r:
+            assert r.status == 200 and "text/html" in r.headers["Content-Type"]
+            token = re.search(r'<meta name="casu-token" content="([^"]+)">', r.read().decode()).group(1)
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        assert post(port, DECISION, good_headers(port, token))[0] == 200
+        proc.send_signal(signal.SIGINT)  # Ctrl+C: a clean stop
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(fd)
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err and url not in err and token not in err, err
+    assert decisions_path(ds).exists()
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert url.encode() not in data and token.encode() not in data, f
+
+
+def test_the_link_is_printed_not_logged(rows, tmp_path, monkeypatch, caplog):
+    """The link goes to stdout with print(), never through logging: a log handler (a file, the
+    console's redaction of secrets) never holds or rewrites it."""
+    import logging
+
+    from conftest import call_main
+
+    from casu_dataset.cli import main
+    from casu_dataset.review.server import ReviewServer
+
+    def stop(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ReviewServer, "serve_forever", stop)
+    ds = write_dataset(rows, tmp_path / "ds")
+    with caplog.at_level(logging.DEBUG):
+        rc, out, err = call_main(main, ["review", "--dataset", str(ds), "--port", "0"])
+    url = re.search(r"open (http://\S+)", out).group(1)
+    assert rc == 0 and url not in err
+    assert not [r for r in caplog.records if "http://" in r.getMessage()], caplog.records
+
+
+# -- secrets ----------------------------------------------------------------------------------
+
+
+class EchoKey(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that answers 401 and echoes the key it was sent (as some do)."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {key}. Header was 'Authorization: Bearer {key}'",
+                    "code": "invalid_api_key",
+                }
+            }
+        )
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+@pytest.fixture
+def echo_server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EchoKey)
+    srv.status = 401
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize("key", ["sk-proj-0123456789abcdefghijklmnop", "correct-horse-battery-staple-42"])
+@pytest.mark.parametrize("status", [401, 503])
+def test_a_key_echoed_by_the_server_is_redacted_from_errors(echo_server, key, status):
+    from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
+
+    echo_server.status = status
+    b = OpenAIBackend(
+        f"http://127.0.0.1:{echo_server.server_address[1]}/v1", "m", api_key=key, max_retries=1, backoff=0.0
+    )
+    with pytest.raises(BackendError) as err:
+        b.complete([{"role": "user", "content": "hi"}])
+    msg = str(err.value)
+    assert f"HTTP {status}" in msg and "Incorrect API key provided: [REDACTED]" in msg and key not in msg
+
+
+def test_the_harness_never_prints_an_echoed_key(echo_server, tmp_path, monkeypatch):
+    from test_bad_inputs import harness
+    from test_harness_integrity import tiny_dataset
+
+    key = "correct-horse-battery-staple-42"  # not key-shaped: redacted because it is the key
+    monkeypatch.setenv("MY_SERVICE_KEY", key)
+    ds = tiny_dataset(tmp_path / "ds", 2, "k")
+    url = f"http://127.0.0.1:{echo_server.server_address[1]}/v1"
+    o = harness(
+        "--model",
+        "openai-audio",
+        "--model_args",
+        f"model=m,base_url={url},api_key_env=MY_SERVICE_KEY,max_retries=0",
+        "--tasks",
+        "role_inference",
+        "--dataset",
+        str(ds),
+        "--output_path",
+        str(tmp_path / "res"),
+        "--quiet",
+        "--no_probe",
+    )
+    assert o.code in (3, 4) and "HTTP 401" in o.text and "[REDACTED]" in o.text, o.text
+    assert key not in o.text
+    for f in (tmp_path / "res").rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
