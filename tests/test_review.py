@@ -188,7 +188,7 @@ def test_review_page_end_to_end_in_chromium(served, tmp_path):
         from test_review_family import GEOMETRY, assert_readable
 
         drv.set_window_size(1280, 900)
-        _wait(lambda: drv.execute_script("return innerWidth") == 1280)
+        wait_for(lambda: drv.execute_script("return innerWidth") == 1280)
         g = drv.execute_script(GEOMETRY)
         drv.save_screenshot(str(tmp_path / "review_page_1280.png"))
         assert_readable(g, 1)

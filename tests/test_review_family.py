@@ -515,7 +515,6 @@ def test_family_view_is_readable_in_a_1280_px_window(v2_rows, tmp_path):
     """At 1280x900 the filter menus stay in the side bar, clear of the family title, and each
     variant's timeline is drawn at a legible width; nothing spills past the window's right edge."""
     from selenium.webdriver.common.by import By
-    from test_review import _chrome, _wait
 
     rows = copy.deepcopy(v2_rows)
     for r in rows["scenes"]:
@@ -523,13 +522,13 @@ def test_family_view_is_readable_in_a_1280_px_window(v2_rows, tmp_path):
     ds = write_dataset(rows, tmp_path / "ds")
     srv, _ = serve(ds, "127.0.0.1", 0, "tester")
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    drv = _chrome()
+    drv = chromium()
     try:
         drv.set_window_size(1280, 900)
         drv.get(f"http://127.0.0.1:{srv.server_address[1]}/")
-        _wait(lambda: drv.execute_script("return typeof fam !== 'undefined' && fam && fam.family_id"))
+        wait_for(lambda: drv.execute_script("return typeof fam !== 'undefined' && fam && fam.family_id"))
         loaded = "return [...document.querySelectorAll('img.timeline')].every(i => i.naturalWidth)"
-        _wait(lambda: drv.execute_script(loaded))
+        wait_for(lambda: drv.execute_script(loaded))
         assert LONG_PLACE in drv.find_element(By.ID, "fplace").get_attribute("innerHTML")
         g = drv.execute_script(GEOMETRY)
         drv.save_screenshot(str(tmp_path / "review_family_1280.png"))  # tmp only: look at it when it fails
