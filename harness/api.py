@@ -58,6 +58,7 @@ class Results(dict):
         # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,
         # pushed) or, when the Hub failed, `error` and `retry`; None when no push was asked for
         self.pushed = pushed
+        self.wandb: str | None = None  # --wandb_args: the W&B run's URL (or offline folder)
         if log_samples:
             gen = document.get("generation") or {}
             self["samples"] = {t: sample_lines(t, recs, gen.get(t)) for t, recs in self.samples.items()}
@@ -395,6 +396,13 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         checked_args = raw_args
     _check_sampling(task_list, type(given) if given is not None else cls, given.name if given else c.model)
     dataset, robustness_dataset, output_path, cache = c.dataset, c.robustness_dataset, c.output_path, c.cache
+    if c.wandb_args is not None:
+        from harness.output.wandb_log import check_available
+
+        try:
+            check_available()
+        except ImportError as err:
+            raise UsageError(str(err)) from None
     _check_no_collision(output_path, cache, dataset, robustness_dataset)
     check_paths(output_path, cache)
     log.info(
@@ -539,6 +547,8 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         res["casu"]["document"] = res.path.name
         log.info("wrote %s", res.path)
         res.pushed = hub.push_after_run(res.path, c.hf_hub_log_args, token=os.environ.get("HF_TOKEN"))
+    if c.wandb_args is not None and res.main_process:
+        res.wandb = _log_wandb(doc, ev["samples"] if c.log_samples else None, c.wandb_args, res.path)
     return res
 
 
@@ -603,6 +613,23 @@ def _check_sampling(tasks, cls, name: str) -> None:
                     f"--gen_kwargs {key} (task {t.task}): {name} does not pass {key} to its model "
                     f"(it takes max_new_tokens, do_sample, temperature, until; sampling settings: {takes})"
                 )
+
+
+def _log_wandb(doc: dict, samples, wandb_args: dict, path) -> str | None:
+    """--wandb_args: the finished run logged to W&B; a failure there is one warning line, the
+    results already written stay (None)."""
+    from harness.output.wandb_log import log_run
+
+    try:
+        where = log_run(doc, samples, wandb_args, path)
+    except Exception as err:  # noqa: BLE001 - W&B is a mirror of results already on disk
+        print(
+            f"warning: --wandb_args: the run was not logged to W&B ({type(err).__name__}: {err})",
+            file=sys.stderr,
+        )
+        return None
+    log.info("logged to W&B: %s", where)
+    return where
 
 
 class _Refreshing:

@@ -127,6 +127,18 @@ def parse_hub_log_args(text: str | dict | None) -> dict:
     return out
 
 
+def parse_wandb_args(text: str | dict | None) -> dict | None:
+    """lm-eval's `--wandb_args project=P,name=N,...`: wandb.init's keywords (true/false typed); None
+    when not given."""
+    if text is None or text == "" or text == {}:
+        return None
+    raw = dict(text) if isinstance(text, dict) else _pairs(text, "--wandb_args")
+    return {
+        k: (v.lower() == "true" if isinstance(v, str) and v.lower() in ("true", "false") else v)
+        for k, v in raw.items()
+    }
+
+
 def results_repo(log_args: dict) -> str | None:
     """ORG/NAME of the results dataset named by --hf_hub_log_args (lm-eval's default name)."""
     org = log_args.get("hub_results_org")
@@ -319,6 +331,7 @@ def _checked(kw: dict) -> dict:
         kw["gen_kwargs"] = parse_gen_kwargs(kw.get("gen_kwargs"))
         kw["limit"] = parse_limit(kw.get("limit"))
         kw["hf_hub_log_args"] = parse_hub_log_args(kw.get("hf_hub_log_args"))
+        kw["wandb_args"] = parse_wandb_args(kw.get("wandb_args"))
         kw["system_instruction"] = parse_system_instruction(kw.get("system_instruction"))
         kw["apply_chat_template"] = parse_chat_template(kw.get("apply_chat_template"))
         check_fewshot(kw.get("num_fewshot"), kw.get("fewshot_as_multiturn", False))
@@ -417,6 +430,7 @@ class EvalConfig(BaseModel):
     check_integrity: bool = False  # every file of a --dataset folder checked against its build record
     trust_remote_code: bool = False  # passed to the adapter's trust_remote_code (refused if it has none)
     strict: bool = False  # a task with more than half of its answers unparsed fails the run (exit 7)
+    wandb_args: dict | None = None  # lm-eval's: wandb.init keywords; the finished run is logged there
 
     def __init__(self, **keywords: Any) -> None:
         try:

@@ -162,3 +162,24 @@ def test_gen_kwargs_take_lmevals_keys_or_name_what_the_adapter_cannot_do(casu_sm
     assert rc == 2 and "top_p has no effect without do_sample" in err
     rc, _, err = _run(casu_small, tmp_path, *argv, "beams=4")
     assert rc == 2 and "not a generation setting" in err and "max_gen_toks" in err
+
+
+def test_wandb_args_log_the_finished_run_offline(casu_small, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    rc, _, err = _run(casu_small, tmp_path, "--log_samples", "--wandb_args", "project=casu-test,name=roles")
+    assert rc == 0, err
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    (log,) = run_dir.glob("run-*.wandb")  # the run's record log, what `wandb sync` sends
+    assert b"role_inference/PEB/accuracy" in log.read_bytes()  # the summary's metric keys
+    tables = {
+        p.name.split("_")[0]: json.loads(p.read_text()) for p in run_dir.glob("files/media/table/*.json")
+    }
+    results, samples = tables["results"], tables["role"]
+    doc = _doc(tmp_path)
+    row = next(r for r in results["data"] if r[:3] == ["role_inference", "PEB", "accuracy"])
+    assert row[3] == doc["results"]["role_inference"]["PEB"]["accuracy"]["value"]
+    assert len(samples["data"]) == 8 and "prompt" in samples["columns"]
+    rc, _, err = _run(casu_small, tmp_path, "--wandb_args", "project")
+    assert rc == 2 and "--wandb_args" in err and len(err.strip().splitlines()) == 1

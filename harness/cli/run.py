@@ -275,6 +275,14 @@ def _run_parser() -> argparse.ArgumentParser:
         help="lm-eval's; refused: CASU scores contrast families as wholes, use --limit N (whole families)",
     )
     p.add_argument(
+        "--wandb_args",
+        default=None,
+        metavar="K=V,...",
+        help="lm-eval's: wandb.init keywords (project=..., name=..., mode=offline); the finished run's "
+        "config, metrics, results table, samples (with --log_samples) and results JSON are logged "
+        "there (needs `pip install 'casu[wandb]'`; WANDB_MODE=offline writes a local run folder)",
+    )
+    p.add_argument(
         "--strict",
         action="store_true",
         help="exit 7 when more than half of a task's answers could not be parsed (lm-eval, and CASU "
