@@ -48,11 +48,12 @@ class Results(dict):
         log_samples: bool = False,
     ):
         from harness.output.lmeval import sample_lines, view
+        from harness.scoring.records import as_dict
 
         super().__init__(view(document))
         self.document = document
         # plain dicts, as written to casu_samples_*.jsonl (scoring's ScoredRecords, read out)
-        self.samples = {t: [dict(r) for r in recs] for t, recs in (samples or {}).items()}
+        self.samples = {t: [as_dict(r) for r in recs] for t, recs in (samples or {}).items()}
         self.path = path
         self.main_process = main_process  # False on the non-main ranks of a distributed run (nothing written)
         # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,
@@ -350,7 +351,7 @@ def simple_evaluate(
 
 
 def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
-    from harness.config import parse_chat_template, resolve_batch_size
+    from harness.config import resolve_batch_size
     from harness.output import hub
     from harness.output.results import document, write_outputs
     from harness.run.evaluate import evaluate
@@ -422,7 +423,7 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
                 "identity equal); give the second realization "
                 "(`python -m casu_dataset build --realization 2`)"
             )
-    template_choice = parse_chat_template(c.apply_chat_template)
+    template_choice = c.apply_chat_template  # parsed by EvalConfig: None, True or a name
     if given is not None:
         adapter = given
         if not isinstance(template_choice, str):

@@ -183,15 +183,14 @@ def is_auto(batch_size) -> bool:
 
 
 def resolve_batch_size(batch_size, device: str | None, max_batch_size: int | None = None) -> tuple[int, bool]:
-    """(starting batch size, shrink on out-of-memory) for an int, 'auto' or 'auto:N'; an automatic
-    size is at most `max_batch_size` (lm-eval's --max_batch_size)."""
+    """(starting batch size, shrink on out-of-memory) for a checked --batch_size (an EvalConfig's:
+    an int >= 1, 'auto' or 'auto:N'); an automatic size is at most `max_batch_size` (lm-eval's
+    --max_batch_size)."""
     if is_auto(batch_size):
         start, shrink = (
             (AUTO_CUDA_START, True) if device and device.startswith("cuda") else (AUTO_CPU_BATCH, False)
         )
         return (min(start, max_batch_size) if max_batch_size else start), shrink
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"--batch_size: must be an integer >= 1, 'auto' or 'auto:N', got {batch_size!r}")
     return batch_size, False
 
 
@@ -450,7 +449,11 @@ class EvalConfig(BaseModel):
     def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalConfig:
         """A run described in a YAML file: a mapping of these fields (or the CLI's flag names, e.g.
         `no_probe: true`); `overrides` win over the file."""
-        return cls(**{**read_yaml(path), **overrides})
+        values = read_yaml(path)
+        for flag, field in CLI_ONLY.items():  # `no_probe: true` is `probe: false`
+            if flag in values:
+                values[field] = not values.pop(flag)
+        return cls(**{**values, **overrides})
 
     @classmethod
     def from_cli(cls, args) -> EvalConfig:
@@ -482,8 +485,8 @@ def config_keys() -> list[str]:
 
 
 def read_yaml(path: str | Path) -> dict:
-    """A run's YAML file as keywords of EvalConfig (`no_probe`/`quiet` turned into probe/progress);
-    UsageError naming the file and the key."""
+    """A run's YAML file, its keys as written (fields, lm-eval's aliases, or the CLI's `no_probe`
+    and `quiet`), each one checked; UsageError naming the file and the key."""
     from casu_dataset.core import strict_yaml
 
     p = Path(path)
@@ -509,11 +512,7 @@ def read_yaml(path: str | Path) -> dict:
     for key in data:
         if key not in known:
             raise UsageError(f"--config {path}: unknown key {key!r}; keys: {', '.join(config_keys())}")
-    out = dict(data)
-    for flag, field in CLI_ONLY.items():
-        if flag in out:
-            out[field] = not out.pop(flag)
-    return out
+    return dict(data)
 
 
 def _describe(err: ValidationError) -> str:

@@ -302,7 +302,7 @@ def _yaml_defaults(path: str) -> dict:
     from harness.config import CLI_ONLY, read_yaml
 
     values = read_yaml(path)  # UsageError names the file and the key
-    for flag, field in CLI_ONLY.items():
+    for flag, field in CLI_ONLY.items():  # `probe: false` is `no_probe: true`
         if field in values:
             values[flag] = not values.pop(field)
     return values

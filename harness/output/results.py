@@ -14,6 +14,7 @@ from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
 from harness.output.files import checkpoint, run_key
 from harness.output.lmeval import sample_lines, task_hash, view
 from harness.scoring.metrics import MCQ, METRICS, TEXT, Metric
+from harness.scoring.records import as_dict
 
 SCHEMA_VERSION = 2  # 2: complete, sample_logs, evaluated
 
@@ -767,7 +768,7 @@ def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:
         p = d / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
         with atomic_open(p) as f:
             for r in recs:
-                f.write(json.dumps(dict(r), ensure_ascii=False) + "\n")
+                f.write(json.dumps(as_dict(r), ensure_ascii=False) + "\n")
         logs[task] = file_record(p)
         p = d / f"samples_{task}_{stamp}.jsonl"  # lm-eval's sample lines
         with atomic_open(p) as f:

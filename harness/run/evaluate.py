@@ -182,7 +182,11 @@ def evaluate(
     t0 = time.perf_counter()
     conds = parse_conditions(config.conditions) if conditions is None else conditions
     batch_size, shrink = (
-        resolve_batch_size(config.batch_size, str(getattr(adapter, "model_args", {}).get("device") or "cpu"))
+        resolve_batch_size(
+            config.batch_size,
+            str(getattr(adapter, "model_args", {}).get("device") or "cpu"),
+            config.max_batch_size,
+        )
         if batch is None
         else batch
     )

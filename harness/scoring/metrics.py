@@ -22,6 +22,7 @@ from casu_dataset.contract import (
     sentence_embedder,
     word_error_rate,
 )
+from harness.scoring.records import as_dict
 
 BOOTSTRAP = 1000
 FAMILY_SIZE = 4
@@ -396,7 +397,7 @@ class Scored:
         """Rotation-0 contrast-family records, a failed request counting as wrong (a family is
         right only if all four variants are)."""
         return [
-            dict(r, correct=r["method"] != "error" and r["correct"])
+            {**as_dict(r), "correct": r["method"] != "error" and r["correct"]}
             for r in self.records
             if r.get("rotation", 0) == 0 and r.get("family_id")
         ]

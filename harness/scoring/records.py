@@ -14,7 +14,8 @@ has follows from what happened to the request, as in the written sample logs:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+import functools
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,25 @@ BASE = (
     "answer",
 )
 FAMILY = ("family_id", "variant", "family_shape", "slot_kind")
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(shape: tuple) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The written keys, in order, of a record of this shape (ScoredRecord._shape): one rule, worked
+    out once per shape, since every metric reads records key by key."""
+    has_system, in_family, failed, multiple_choice, mode = shape
+    keys = list(BASE)
+    if has_system:
+        keys.append("system")
+    if in_family:
+        keys += FAMILY
+    if failed:
+        keys += ["error", "correct", "parsed", "method"]
+    elif multiple_choice:
+        keys += ["scores" if mode == "loglikelihood" else "response", "parsed", "method", "correct"]
+    else:
+        keys += ["response", "reference", "event_descriptions", "turns"]
+    return tuple(keys), frozenset(keys)
 
 
 @dataclass(eq=False)
@@ -70,34 +90,39 @@ class ScoredRecord(MutableMapping):
     correct: bool | None = None
     metrics: dict[str, Any] = field(default_factory=dict)  # per-sample metric values, as added
 
+    def _fields(self) -> frozenset[str]:
+        """The record's own keys (its fields that are written), for its shape."""
+        return _layout(self._shape())[1]
+
+    def _shape(self) -> tuple:
+        return (
+            self.system is not None,
+            bool(self.family_id),
+            self.error is not None,
+            self.multiple_choice,
+            self.mode,
+        )
+
     def _keys(self) -> list[str]:
-        keys = list(BASE)
-        if self.system is not None:
-            keys.append("system")
-        if self.family_id:
-            keys += FAMILY
-        if self.error is not None:
-            keys += ["error", "correct", "parsed", "method"]
-        elif self.multiple_choice:
-            keys += ["scores" if self.mode == "loglikelihood" else "response", "parsed", "method", "correct"]
-        else:
-            keys += ["response", "reference", "event_descriptions", "turns"]
-        return keys + [k for k in self.metrics if k not in keys]
+        keys = _layout(self._shape())[0]
+        return [*keys, *(k for k in self.metrics if k not in keys)]
 
     def to_dict(self) -> dict[str, Any]:
         """The record as written (CASU's sample log line), keys in their order."""
-        return {k: self[k] for k in self._keys()}
+        out = {k: getattr(self, k) for k in _layout(self._shape())[0]}
+        out.update((k, v) for k, v in self.metrics.items() if k not in out)
+        return out
 
     def __getitem__(self, key: str) -> Any:
         if key in self.metrics:
             return self.metrics[key]
-        if key in self._keys():
+        if key in self._fields():
             return getattr(self, key)
         raise KeyError(key)
 
     def __setitem__(self, key: str, value: Any) -> None:
         # scoring fills its own fields; anything else is a per-sample metric value
-        if key in self._keys() and key not in self.metrics:
+        if key in self._fields() and key not in self.metrics:
             setattr(self, key, value)
         else:
             self.metrics[key] = value
@@ -119,3 +144,8 @@ class ScoredRecord(MutableMapping):
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dict
+
+
+def as_dict(rec: Mapping) -> dict[str, Any]:
+    """A record as a plain dict in its written order (one pass for a ScoredRecord)."""
+    return rec.to_dict() if isinstance(rec, ScoredRecord) else dict(rec)

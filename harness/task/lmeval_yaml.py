@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from casu_dataset.contract import LETTERS
 from casu_dataset.core.errors import CasuError
 
 # Keys only lm-eval's schema has: a YAML with any of them is read as lm-eval's.
@@ -53,7 +54,6 @@ REFUSED = {
 }
 IGNORED = {"dataset_path", "should_decontaminate", "target_delimiter", "fewshot_delimiter"}
 OUTPUT_TYPES = ("multiple_choice", "generate_until")
-LETTERS = "ABCDEFGHIJ"
 
 
 class LmEvalYamlError(CasuError, ValueError):
