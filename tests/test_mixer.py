@@ -271,7 +271,8 @@ def test_timeline_overrun_is_an_error(sources, speech_wavs):
 def test_anti_clipping_gain_holds_every_stem_under_the_limit(sources):
     """Where layers cancel, a stem peaks above the mixture: the gain follows the stem, so no
     published stem exceeds the limit (realization 2 keeps the speech stem and needs that)."""
-    from casu_dataset.mix.mixer import peak_abs, top_peak
+    from casu_dataset.core.loudness import peak_abs
+    from casu_dataset.mix.mixer import top_peak
 
     r = compose(script(), sources, seed=0)
     speech = r.stems["speech"] * np.float32(2.0 / peak_abs(r.stems["speech"]))  # real speech, peak 2.0

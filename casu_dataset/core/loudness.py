@@ -2,10 +2,11 @@
 
 `measure_lufs` is pyloudnorm's integrated loudness. The mixer also needs the loudness of
 each 30 s stem for every scene; the K-weighting filter is linear and time-invariant, so the
-K-weighted stem equals the sum of the time-shifted K-weighted clips. `KWeighting` filters a
-clip once (cached by the caller) and `gated_lufs` applies pyloudnorm's exact gating with
-vectorised block energies. Tests check it against pyloudnorm on the stems.
-"""
+K-weighted stem equals the sum of the time-shifted K-weighted clips. `kweight` filters a
+clip once (cached by the caller) and `gated_lufs` applies pyloudnorm's exact gating to block
+energies summed exactly in integers, so they are vectorised and the same on every CPU;
+`RunningEnergy` serves any window of one clip (a bed cut differently in each scene). Tests
+check both against pyloudnorm."""
 
 from __future__ import annotations
 
@@ -62,30 +63,124 @@ def kweight(x: np.ndarray, sr: int) -> np.ndarray:
 def gated_lufs(kw: np.ndarray, sr: int, support: list[tuple[int, int]] | None = None) -> float:
     """pyloudnorm's gating (absolute -70, relative -10 LU) over an already K-weighted signal.
 
-    Portable to the last bit: block energies come from one float64 running sum (squares of
-    float32 samples are exact in float64, and `cumsum` adds strictly in order, unlike a
-    vectorised dot product whose order follows the CPU's vector width), the gates are compared
-    as energies (no vectorised log10, whose AVX-512 loop differs from the scalar one in the
-    last bit) and the means are exact sums (math.fsum).
+    Portable to the last bit: the block energies are exact integer sums (see `_scale`), the
+    gates are compared as energies (no vectorised log10, whose AVX-512 loop differs from the
+    scalar one in the last bit) and the means are exact sums (math.fsum).
 
     `support`: sorted, disjoint [start, end) spans outside which `kw` is exactly zero (a layer's
-    placed clips). The running sum is then computed inside them only: adding 0.0 leaves a float64
-    sum unchanged, so the bits are those of the sum over every sample, at a fraction of the cost
-    for a sparse layer."""
+    placed clips); only those samples are read, and the result is the same to the last bit."""
     n = kw.shape[0]
+    if n <= int(BLOCK_S * sr):
+        kw = _fit_block(kw, sr)
+        n, support = kw.shape[0], None
+    spans = _checked_spans([(0, n)] if support is None else support)
+    peak = max((peak_abs(kw[s:e]) for s, e in spans), default=0.0)
+    scale = _scale(peak, n)
+    if scale is None:
+        return SILENCE_LUFS
+    lo, hi, bounds = _blocks(n, sr)
+    # Sums between consecutive block bounds (<= one 100 ms hop each), then running sums of those.
+    seg = np.zeros(bounds.shape[0], dtype=np.int64)  # seg[k]: samples [bounds[k], bounds[k + 1])
+    for s, e in spans:
+        k0 = int(np.searchsorted(bounds, s, "right")) - 1
+        k1 = int(np.searchsorted(bounds, e, "left"))
+        cuts = np.concatenate(([s], bounds[k0 + 1 : k1])) - s
+        seg[k0:k1] += np.add.reduceat(_squares(kw[s:e], scale), cuts).astype(np.int64)
+    at = np.zeros(bounds.shape[0], dtype=np.int64)
+    np.cumsum(seg[:-1], out=at[1:])
+    sums = at[np.searchsorted(bounds, hi)] - at[np.searchsorted(bounds, lo)]
+    return _gate(sums.astype(np.float64) / (scale * scale) / int(BLOCK_S * sr))
+
+
+class RunningEnergy:
+    """A whole clip's running sums of quantised squares, for the loudness of any window of it
+    (a bed cut at a different offset in each scene) without reading its samples again. The
+    quantisation scale is the clip's, so a window's value can differ from `gated_lufs` of the
+    window by ~1e-9 LU; it is the same on every CPU."""
+
+    def __init__(self, x: np.ndarray):
+        n = x.shape[0]
+        self.n = n
+        self.scale = _scale(peak_abs(x), n)
+        self.csum = np.zeros(n + 1, dtype=np.int64)
+        if self.scale is not None:
+            np.cumsum(_squares(x, self.scale).astype(np.int64), out=self.csum[1:])
+
+    def gated_lufs(self, sr: int, start: int, n: int) -> float:
+        if start < 0 or start + n > self.n or n <= int(BLOCK_S * sr):
+            raise ValueError(f"loudness: window [{start}, {start + n}) of a {self.n}-sample clip")
+        if self.scale is None:
+            return SILENCE_LUFS
+        lo, hi, _ = _blocks(n, sr)
+        sums = self.csum[start + hi] - self.csum[start + lo]
+        return _gate(sums.astype(np.float64) / (self.scale * self.scale) / int(BLOCK_S * sr))
+
+
+# Quantised samples have |q| <= 2**SCALE_BITS, so a square is an integer < 2**40 and a sum of up
+# to 8192 of them (a 400 ms block up to 20 kHz) stays below 2**53: float64 adds such integers
+# exactly, in whatever order numpy's vector loops use on this CPU, and the running sums are int64.
+SCALE_BITS = 20
+
+
+def _scale(peak: float, n: int) -> float | None:
+    """The power of two that maps the peak just under 2**SCALE_BITS (fewer bits for a signal so
+    long that its total could overflow int64); None for digital silence. Relative to the peak a
+    sample keeps ~20 significant bits, far finer than the 0.001 LU agreement with pyloudnorm."""
+    if peak == 0.0:
+        return None
+    bits = min(SCALE_BITS, (62 - (n + 1).bit_length()) // 2)
+    return math.ldexp(1.0, bits - math.frexp(peak)[1])
+
+
+def _squares(x: np.ndarray, scale: float) -> np.ndarray:
+    """rint(x * scale) ** 2 as exact float64 integers. x * scale is exact in float64 (a power of
+    two), and rint rounds half to even on every CPU."""
+    if scale >= 1.0:
+        # In float32 (half the memory traffic): scaling up by a power of two is exact there too.
+        q32 = x * np.float32(scale)
+        np.rint(q32, out=q32)
+        return np.square(q32, dtype=np.float64)
+    q = np.asarray(x, dtype=np.float64) * scale
+    np.rint(q, out=q)
+    return np.square(q, out=q)
+
+
+def peak_abs(x: np.ndarray) -> float:
+    """max |x| (0.0 for no samples), without an |x| temporary."""
+    return max(float(x.max()), -float(x.min())) if x.size else 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _blocks(n: int, sr: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[lo, hi) of every 400 ms gating block (75% overlap) of an n-sample signal, and every
+    bound (0, n, lo and hi) sorted once. Cached: a build's scenes share a few lengths."""
     block = int(BLOCK_S * sr)
     step = BLOCK_S * (1 - OVERLAP)  # seconds
-    if n <= block:
-        kw = _fit_block(kw, sr)
-        n = kw.shape[0]
-        support = None
     num_blocks = int(np.round((n / sr - BLOCK_S) / step)) + 1
     j = np.arange(num_blocks)
     # Same float expression as pyloudnorm, so block bounds match it sample for sample.
     lo = (BLOCK_S * (j * (1 - OVERLAP)) * sr).astype(np.int64)
     hi = np.minimum(lo + block, n)
-    csum = _running_sums(kw, np.concatenate([lo, hi]), [(0, n)] if support is None else support)
-    z = (csum[num_blocks:] - csum[:num_blocks]) / block
+    bounds = np.unique(np.concatenate(([0, n], lo, hi)))
+    for a in (lo, hi, bounds):
+        a.flags.writeable = False
+    return lo, hi, bounds
+
+
+def _checked_spans(spans) -> list[tuple[int, int]]:
+    out, prev_end = [], 0
+    for s, e in spans:
+        if e <= s:
+            continue
+        if s < prev_end:
+            raise ValueError(f"loudness: support spans overlap or are unsorted at [{s}, {e})")
+        out.append((int(s), int(e)))
+        prev_end = e
+    return out
+
+
+def _gate(z: np.ndarray) -> float:
+    """Integrated loudness from the blocks' mean squares."""
     # lj = -0.691 + 10 log10(z) >= -70  <=>  z >= 10 ** ((-70 + 0.691) / 10)
     keep = z >= _ABS_GATE_ENERGY
     if not keep.any():
@@ -96,28 +191,6 @@ def gated_lufs(kw: np.ndarray, sr: int, support: list[tuple[int, int]] | None = 
     if not keep.any():
         return SILENCE_LUFS
     return -0.691 + 10.0 * math.log10(math.fsum(z[keep]) / int(keep.sum()))
-
-
-def _running_sums(x: np.ndarray, at: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-    """sum(float64(x[:k]) ** 2), added strictly in order, for each k of `at`; x is zero outside
-    `spans` (sorted, disjoint), which are the only samples read."""
-    out = np.zeros(at.shape[0], dtype=np.float64)
-    carry, prev_end = 0.0, 0
-    for s, e in spans:
-        if e <= s:
-            continue
-        if s < prev_end:
-            raise ValueError(f"loudness: support spans overlap or are unsorted at [{s}, {e})")
-        # seg[i] is the running sum before sample s + i: the carry, then this span's squares.
-        seg = np.empty(e - s + 1, dtype=np.float64)
-        seg[0] = carry
-        np.square(x[s:e], dtype=np.float64, out=seg[1:])
-        np.cumsum(seg, out=seg)
-        inside = (at >= s) & (at <= e)
-        out[inside] = seg[at[inside] - s]
-        out[at > e] = seg[-1]
-        carry, prev_end = float(seg[-1]), e
-    return out
 
 
 def merged_spans(spans) -> list[tuple[int, int]]:

@@ -26,7 +26,15 @@ from casu_dataset.contract import (
 )
 from casu_dataset.core import cache_layout
 from casu_dataset.core.audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
-from casu_dataset.core.loudness import db_to_gain, gated_lufs, kweight, merged_spans
+from casu_dataset.core.loudness import (
+    BLOCK_S,
+    RunningEnergy,
+    db_to_gain,
+    gated_lufs,
+    kweight,
+    merged_spans,
+    peak_abs,
+)
 from casu_dataset.script.schema import SceneScript
 from casu_dataset.script.timeline import Timeline, TimingConfig, resolve
 
@@ -89,6 +97,7 @@ class ClipCache:
         self.max_items = max_items
         self._clips: dict[tuple, Clip] = {}
         self._kw: dict[tuple, np.ndarray] = {}
+        self._energy: dict[tuple, RunningEnergy] = {}
 
     def get(self, path: str, kind: str | None = None) -> Clip:
         """The clip, DC removed; AudioError naming the file if it is unusable (silent, too short
@@ -122,6 +131,18 @@ class ClipCache:
                 self._kw.pop(next(iter(self._kw)))
             self._kw[key] = kw
         return kw
+
+    def running_energy(self, sha: str, kw: np.ndarray, tag: str) -> RunningEnergy:
+        """The running energy of a K-weighted clip (`kweighted`'s result), for the loudness of
+        any window of it."""
+        key = (sha, tag, kw.shape[0])
+        e = self._energy.get(key)
+        if e is None:
+            e = RunningEnergy(kw)
+            if len(self._energy) >= self.max_items:
+                self._energy.pop(next(iter(self._energy)))
+            self._energy[key] = e
+        return e
 
 
 @dataclass
@@ -304,11 +325,12 @@ def measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cach
     # crossfade and edge fades make this differ from filtering the segment by < 0.01 LU.
     kw_full = cache.kweighted(bed_clip.sha256, bed_clip.audio, "bed")
     off = plan["background"]["offset_samples"]
-    if kw_full.shape[0] >= n:
-        kw_bed = kw_full[off : off + n]  # a view; the 50 ms edge fades change the loudness by < 0.01 LU
+    if kw_full.shape[0] >= n > int(BLOCK_S * sr):
+        # The bed's window, read from the clip's running energy (the 50 ms edge fades change
+        # the loudness by < 0.01 LU).
+        bed_lufs = cache.running_energy(bed_clip.sha256, kw_full, "bed").gated_lufs(sr, off, n)
     else:
-        kw_bed, _ = _bed_segment(kw_full, n, off, cfg)
-    bed_lufs = gated_lufs(kw_bed, sr)
+        bed_lufs = gated_lufs(_bed_segment(kw_full, n, off, cfg)[0], sr)
     gains: dict[str, dict] = {
         "background": {"stem": db_to_gain(ref - bed_lufs), "measured_unit_lufs": bed_lufs}
     }
@@ -324,8 +346,7 @@ def measure_gains(plan: dict, bed_clip: Clip, placed: dict, cfg: MixConfig, cach
         def kw_of(clip, audio, _layer=layer):
             return cache.kweighted(clip.sha256, audio, _layer)
 
-        support = merged_spans((onset, min(n, onset + a.shape[0])) for onset, a, _ in items)
-        unit_lufs = gated_lufs(sum_placed(items, src_gains, n, kw_of), sr, support)
+        unit_lufs = gated_lufs(sum_placed(items, src_gains, n, kw_of), sr, placed_spans(items, n))
         gains[layer] = {
             "sources": src_gains,
             "stem": db_to_gain(targets[layer] - unit_lufs),
@@ -357,14 +378,15 @@ def render_scene(
     bed, placed = unit_layers(plan, sources, clips, cfg)
     if gains is None:
         gains = measure_gains(plan, clips[sources.background.path], placed, cfg, cache)
-    stems = {"background": bed * np.float32(gains["background"]["stem"])}
+    bed *= np.float32(gains["background"]["stem"])  # bed is this call's own copy
+    stems = {"background": bed}
     for layer in ("speech", "events"):
         g = gains[layer]
         stems[layer] = sum_placed(placed[layer], [s * g["stem"] for s in g["sources"]], n)
     mixture = stems["background"] + stems["speech"]
     mixture += stems["events"]
     peak = peak_abs(mixture)
-    top = top_peak(mixture, stems, peak)
+    top = top_peak(mixture, stems, peak, {k: placed_spans(placed[k], n) for k in ("speech", "events")})
     forced = clip_gain is not None
     if clip_gain is not None:
         ceiling = cfg.peak_limit if peak_ceiling is None else peak_ceiling
@@ -386,17 +408,28 @@ def render_scene(
     return mixture, stems, gains
 
 
-def peak_abs(x: np.ndarray) -> float:
-    return max(float(x.max()), -float(x.min())) if x.size else 0.0
-
-
-def top_peak(mixture: np.ndarray, stems: dict[str, np.ndarray], mixture_peak: float | None = None) -> float:
+def top_peak(
+    mixture: np.ndarray,
+    stems: dict[str, np.ndarray],
+    mixture_peak: float | None = None,
+    supports: dict[str, list[tuple[int, int]]] | None = None,
+) -> float:
     """The peak the anti-clipping gain must bring under the limit: the mixture's or any stem's.
     Every published stem must fit the limit too, not only their sum: where the layers cancel, a
     stem alone can peak above the mixture (and realization 2, which keeps the speech stem and
-    changes the others, could then fit no gain at all)."""
+    changes the others, could then fit no gain at all). `supports`: spans outside which a stem is
+    zero, so only they are read."""
     top = peak_abs(mixture) if mixture_peak is None else mixture_peak
-    return max(top, *(peak_abs(v) for v in stems.values()))
+    supports = supports or {}
+    for k, v in stems.items():
+        spans = supports.get(k, [(0, v.shape[0])])
+        top = max([top, *(peak_abs(v[s:e]) for s, e in spans)])
+    return top
+
+
+def placed_spans(items, n: int) -> list[tuple[int, int]]:
+    """The sorted, disjoint spans a layer's placed clips cover (it is zero elsewhere)."""
+    return merged_spans((onset, min(n, onset + a.shape[0])) for onset, a, _ in items)
 
 
 def load_clips(sources: SceneSources, cache: ClipCache) -> dict[str, Clip]:

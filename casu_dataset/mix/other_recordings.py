@@ -44,6 +44,7 @@ import numpy as np
 
 from casu_dataset.contract import derive_rng
 from casu_dataset.core.errors import CasuError
+from casu_dataset.core.loudness import peak_abs
 from casu_dataset.mix.mixer import (
     Clip,
     MixResult,
@@ -51,7 +52,6 @@ from casu_dataset.mix.mixer import (
     SourceRef,
     load_clips,
     measure_gains,
-    peak_abs,
     render_scene,
     scene_annotation,
     sum_placed,
