@@ -96,7 +96,42 @@ def mix(spec: dict) -> dict:
             "stems": {k: hashlib.sha256(v).hexdigest() for k, v in flac.items()},
             "drift": drift.to_dict(),
         }
-    return {"scenes": out, "misses": b.synth.misses}
+    return {"scenes": out, "misses": b.synth.misses, "loudness": loudness()}
+
+
+LOUDNESS_CLIPS = (
+    "ba__rain__StereoRain.ogg",
+    "ev__phone_ring__phone-incoming-call.ogg",
+    "ev__bottle_glass_clink__glass.ogg",
+)
+
+
+def loudness() -> dict[str, str]:
+    """The mixer's loudness measurements (float.hex) on real bank clips: whole clips, a window of a
+    clip's running energy (a bed), a sparse 30 s layer over its support (events), and pyloudnorm's
+    own meter. A relock on any CPU must measure the same gains from these."""
+    import numpy as np
+
+    from casu_dataset.core.audio_io import load_audio
+    from casu_dataset.core.loudness import RunningEnergy, gated_lufs, kweight, measure_lufs, merged_spans
+    from casu_dataset.sounds.bank import bank_dir
+
+    sr = 16000
+    out = {}
+    layer, spans = np.zeros(30 * sr, dtype=np.float32), []
+    for i, name in enumerate(LOUDNESS_CLIPS):
+        x = load_audio(bank_dir() / "audio" / name)
+        kw = kweight(x, sr)
+        out[f"{name} gated"] = gated_lufs(kw, sr).hex()
+        out[f"{name} pyloudnorm"] = measure_lufs(x, sr).hex()
+        if kw.shape[0] > 3 * sr:
+            out[f"{name} window"] = RunningEnergy(kw).gated_lufs(sr, 1234, kw.shape[0] - 2345).hex()
+        at = (3 + 9 * i) * sr
+        clip = kw[: min(kw.shape[0], 30 * sr - at)]
+        layer[at : at + clip.shape[0]] += np.float32(0.5 + i) * clip
+        spans.append((at, at + clip.shape[0]))
+    out["layer over its support"] = gated_lufs(layer, sr, merged_spans(spans)).hex()
+    return out
 
 
 if __name__ == "__main__":

@@ -230,6 +230,17 @@ def test_mixing_on_another_cpu_gives_the_locks_bytes(shipped, emulated, cpu):
     _check_scenes(cpu, emulated[cpu]["mix"], locks, scenes)
 
 
+@pytest.mark.parametrize("cpu", list(CPUS))
+def test_loudness_on_another_cpu_gives_the_same_bits(emulated, cpu):
+    """What a relock measures (the gains of an unlocked build) is the same number on every CPU."""
+    sys.path.insert(0, str(PROBE.parent))
+    from cross_cpu_probe import loudness
+
+    native = loudness()
+    assert len(native) >= 8
+    assert emulated[cpu]["mix"]["loudness"] == native
+
+
 def test_the_pinned_environment_is_what_the_worker_gets():
     env = portable_env({"PATH": os.environ["PATH"], "ATEN_CPU_CAPABILITY": "avx2"})
     assert env["ATEN_CPU_CAPABILITY"] == "default" and env["MKL_CBWR"].startswith("COMPATIBLE")

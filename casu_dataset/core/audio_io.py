@@ -35,6 +35,9 @@ def check_audio(x: np.ndarray, name: str) -> np.ndarray:
 
 
 def to_mono(x: np.ndarray) -> np.ndarray:
+    if x.ndim == 2 and x.shape[1] == 1 and x.dtype.kind == "f":
+        # The mean of one value is that value; a copy is ~10x faster than a reduction over it.
+        return np.ascontiguousarray(x[:, 0])
     return x.mean(axis=1) if x.ndim == 2 else x
 
 
@@ -99,9 +102,13 @@ def load_array(data: np.ndarray, file_sr: int, name: str, sr: int = SAMPLE_RATE)
     return check_audio(resample(to_mono(data), int(file_sr), sr), name)
 
 
-def decode_bytes(blob: bytes, name: str = "<bytes>", sr: int = SAMPLE_RATE) -> np.ndarray:
+def decode_bytes(
+    blob: bytes, name: str = "<bytes>", sr: int = SAMPLE_RATE, stop: int | None = None
+) -> np.ndarray:
+    """Decoded, checked mono float32 at `sr`. `stop`: only the first `stop` frames of the file
+    (decoding stops there; a FLAC seek to a later start costs more than decoding up to it)."""
     try:
-        data, file_sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True)
+        data, file_sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True, stop=stop)
     except (sf.LibsndfileError, RuntimeError, ValueError) as err:
         raise AudioError(f"{name}: undecodable audio bytes ({err})") from None
     return load_array(data, file_sr, name, sr)

@@ -27,9 +27,12 @@ import logging
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from casu_dataset import __version__
 from casu_dataset.contract import (
@@ -53,6 +56,9 @@ from casu_dataset.dataset.executor import build_units, prebuild
 from casu_dataset.dataset.scene_cache import build_unit, clean_scene_cache
 from casu_dataset.families.compile import FamilyScene
 from casu_dataset.sounds.preflight import merge_rejected, rejected_summary
+
+if TYPE_CHECKING:
+    from casu_dataset.mix.cue_checks import CueMeter
 
 log = logging.getLogger(__name__)
 
@@ -361,9 +367,10 @@ def build_dataset(
     units = build_units(scenes)
     keep = set(shard_of(list(units), config.num_shards, config.shard_index))
     mine = [units[k] for k in sorted(keep)]
+    ready = None
     try:
         t0 = time.perf_counter()
-        prebuild(
+        ready = prebuild(
             mine,
             seed,
             cache_dir,
@@ -374,8 +381,13 @@ def build_dataset(
             ray_options,
             timings=getattr(builder, "timings", None),
         )
-        report.seconds["prebuild"] = time.perf_counter() - t0
-        for unit in tqdm(mine, desc="scenes", disable=not progress):
+        if ready is None:
+            report.seconds["prebuild"] = time.perf_counter() - t0
+        for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
+            if ready is not None:  # local workers: this unit is in the cache once next() returns
+                next(ready)
+                if i == len(mine) - 1:
+                    report.seconds["prebuild"] = time.perf_counter() - t0
             try:
                 built = build_unit(unit, seed, builder, cache_dir)
             except (
@@ -403,6 +415,8 @@ def build_dataset(
             for c, r in unit_rows.items():
                 writer.add(c, r)
                 written[c].extend(_digest(light(x)) for x in r)
+        if ready is not None:
+            ready.close()
         report.seconds["scenes"] = time.perf_counter() - t0
         if rv is not None:
             for _, msg in rv.bad_lines:
@@ -455,6 +469,9 @@ def build_dataset(
     except BaseException:
         writer.abort()
         raise
+    finally:
+        if ready is not None:
+            ready.close()  # stops the workers (after a failure, before they build the rest)
     report.seconds["write"] = time.perf_counter() - t0
     return report
 
@@ -514,6 +531,7 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
 PARQUET = "test-00000-of-00001.parquet"  # the name of a config written as one shard
 SHARD_ROWS = 1000  # a shard closes at this many rows (a multiple of ROW_GROUP_SIZE) ...
 SHARD_BYTES = 256 * 1024 * 1024  # ... or once its row groups hold this many bytes (audio configs)
+IO_PENDING = 2  # row-group writes queued behind the one being written
 AUDIO_COLUMNS = ("audio", "background", "speech", "events")
 
 
@@ -565,6 +583,11 @@ class FolderWriter:
         self.open: dict[str, tuple] = {}  # config -> (ParquetWriter, rows, bytes) of its open shard
         self.started = False
         self.identity: dict | None = None
+        self.cues: CueMeter | None = None  # once a family's scene row is written
+        # Parquet encoding and writing run on one thread of their own, in submission order (the
+        # same bytes), while this one reads the next rows; at most IO_PENDING writes wait.
+        self._io: ThreadPoolExecutor | None = None
+        self._io_pending: deque[Future] = deque()
 
     def _start(self) -> None:
         if not self.started:
@@ -578,6 +601,14 @@ class FolderWriter:
     def add(self, config: str, rows: Iterable[dict]) -> None:
         for r in rows:
             self.pending[config].append(r)  # _flush starts a new list
+            if config == SCENES_CONFIG and r.get("family_id"):
+                # Every slot cue is measured from the stems as written, on other threads while
+                # the folder is being written.
+                if self.cues is None:
+                    from casu_dataset.mix.cue_checks import CueMeter
+
+                    self.cues = CueMeter()
+                self.cues.add(r)
             if len(self.pending[config]) == ROW_GROUP_SIZE:
                 self._flush(config)
 
@@ -603,7 +634,7 @@ class FolderWriter:
                 0,
             )
         w, n, size = self.open[config]
-        w.write_table(table, row_group_size=ROW_GROUP_SIZE)
+        self._submit(w.write_table, table, row_group_size=ROW_GROUP_SIZE)
         n, size = n + table.num_rows, size + table.nbytes
         self.open[config] = (w, n, size)
         if n >= SHARD_ROWS or size >= SHARD_BYTES:
@@ -611,7 +642,22 @@ class FolderWriter:
 
     def _close(self, config: str) -> None:
         w, _, _ = self.open.pop(config)
-        w.close()
+        self._submit(w.close)
+
+    def _submit(self, fn, *args, **kwargs) -> None:
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="parquet")
+        self._io_pending.append(self._io.submit(fn, *args, **kwargs))
+        while len(self._io_pending) > IO_PENDING:
+            self._io_pending.popleft().result()  # a failed write raises here
+
+    def _drain(self) -> None:
+        """Wait for every submitted write (the first failure raises), and stop the thread."""
+        while self._io_pending:
+            self._io_pending.popleft().result()
+        if self._io is not None:
+            self._io.shutdown()
+            self._io = None
 
     def finish(self, rows: dict, report: BuildReport, settings: dict, on_configs=None) -> None:
         """`rows`: every config's rows as written (light() is enough): the card is made from them.
@@ -628,6 +674,8 @@ class FolderWriter:
                     )  # an empty config is one empty shard, as load_dataset expects
                 if c in self.open:
                     self._close(c)
+            self._drain()
+            for c in dataset_configs():
                 n = len(self.shards[c])
                 for i, part in enumerate(self.shards[c]):
                     os.replace(part, self.stage / c / shard_name(i, n))
@@ -637,12 +685,8 @@ class FolderWriter:
                 on_configs(hashes)
             self.identity = build_manifest.identity(report.lock, {c: hashes[c] for c in mcq_configs()})
             report.identity = self.identity
-            if any(r.get("family_id") for r in rows["scenes"]):
-                from casu_dataset.mix.cue_checks import (
-                    check_folder,  # every slot cue measured from the stems as written
-                )
-
-                report.cues = check_folder(self.stage)["summary"]
+            if self.cues is not None:
+                report.cues = self.cues.result()["summary"]
             card, attribution = dataset_card(rows, report, settings), attribution_file(rows)
             # Timings vary run to run, so they are printed, not written: the folder stays byte-stable.
             build_report = json.dumps(
@@ -691,11 +735,17 @@ class FolderWriter:
             os.replace(self.stage, self.out)
 
     def abort(self) -> None:
-        for c in list(self.open):
+        if self.cues is not None:
+            self.cues.close()
+        if self._io is not None:
+            self._io.shutdown(wait=True, cancel_futures=True)  # nothing writes once this returns
+        self._io_pending.clear()
+        for w, _, _ in self.open.values():
             try:
-                self._close(c)
+                w.close()
             except Exception:  # noqa: BLE001  (a half-written part is removed below either way)
                 pass
+        self.open.clear()
         if self.started and self.stage.exists():
             shutil.rmtree(self.stage, ignore_errors=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Generator
 from pathlib import Path
 
 from casu_dataset.core.errors import Field
@@ -43,9 +44,13 @@ def prebuild(
     progress: bool = True,
     ray_options: dict | None = None,
     timings: dict | None = None,
-) -> None:
+) -> Generator[None, None, None] | None:
     """Fill the scene cache ahead of assembly ("ray", or "local" with num_proc > 1); a no-op for
-    a single local process (build.py builds each unit as it assembles)."""
+    a single local process (build.py builds each unit as it assembles).
+
+    Local workers return an iterator that yields once per unit, in the order given, when that
+    unit is in the cache: the caller assembles unit i while the workers build the next ones
+    (close it to stop them). Ray fills the whole cache before returning None."""
     if executor not in EXECUTORS:
         raise ConfigError(Field("executor"), f" {executor!r}: expected local or ray")
     if executor == "ray":
@@ -56,7 +61,7 @@ def prebuild(
         from casu_dataset.dataset.ray_executor import prebuild_ray
 
         prebuild_ray(units, seed, builder_spec, cache_dir, progress=progress, **(ray_options or {}))
-        return
+        return None
     # Never more worker processes than units of work: each one loads the models.
     if num_proc > len(units) > 0:
         log.info(
@@ -68,7 +73,8 @@ def prebuild(
             raise ConfigError(
                 Field("num_proc"), " > 1 needs a builder spec (workers construct their own models)"
             )
-        _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, progress, timings)
+        return _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, timings)
+    return None
 
 
 _POOL_STATE: dict = {}
@@ -94,24 +100,21 @@ def _pool_build(unit):
     return {k: v - before.get(k, 0.0) for k, v in st["builder"].timings.items()}
 
 
-def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, progress, timings=None) -> None:
-    """Fill the scene cache with worker processes, then the parent assembles the folder from
-    the cache in a fixed order, so the output is identical to num_proc=1. Workers are spawned,
-    not forked: torch's and ctranslate2's thread pools deadlock in a forked child."""
+def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, timings=None) -> Generator[None, None, None]:
+    """Fill the scene cache with worker processes, yielding as each unit (in the given order) is
+    in it; the parent assembles the folder from the cache in that fixed order, so the output is
+    identical to num_proc=1. Workers are spawned, not forked: torch's and ctranslate2's thread
+    pools deadlock in a forked child. The pool starts at the first next()."""
     import multiprocessing as mp
-
-    from tqdm import tqdm
 
     spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
     with mp.get_context("spawn").Pool(
         num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
     ) as pool:
-        for spent in tqdm(
-            pool.imap_unordered(_pool_build, scenes),
-            total=len(scenes),
-            desc="scenes (parallel)",
-            disable=not progress,
-        ):
+        # imap hands units out in order as workers free up and returns them in order: the workers
+        # run ahead of the caller, never more than the task queue allows.
+        for spent in pool.imap(_pool_build, scenes):
             if timings is not None:
                 for k, v in spent.items():
                     timings[k] = timings.get(k, 0.0) + v
+            yield None

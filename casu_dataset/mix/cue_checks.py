@@ -20,7 +20,8 @@ background) as the fill describes it. Three checks, per variant, from the audio 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import os
+from collections import defaultdict, deque
 from pathlib import Path
 
 import numpy as np
@@ -90,79 +91,119 @@ def cue_audio(stems: dict[str, np.ndarray], ann: dict, slot_kind: str) -> np.nda
     return stems["background"]
 
 
-def check_folder(folder: str | Path) -> dict:
+def _measure(r: dict, with_profile: bool) -> tuple[dict, np.ndarray | None]:
+    """One variant's cue row (and its fill's band profile when asked), from its parquet row."""
+    from casu_dataset.core.audio_io import decode_bytes
+
+    ann = json.loads(r["annotation"])
+    kind = r["slot_kind"]
+    stop = None
+    if kind == "event":
+        j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
+        m = ann["extra"]["retrieval"]["events"][j]
+        desc = ann["script"]["events"][j]["description"]
+        # An event cue is judged inside its window: the stems are decoded up to its end only.
+        ev = ann["plan"]["events"][j]
+        stop = ev["onset_samples"] + ev["length_samples"]
+    else:
+        m = ann["extra"]["retrieval"]["background"]
+        desc = ann["script"]["background"]["description"]
+    stems = {
+        k: decode_bytes(r[k]["bytes"], f"{r['scene_id']} {k}", stop=stop)
+        for k in ("background", "speech", "events")
+    }
+    row = {
+        "scene_id": r["scene_id"],
+        "family_id": r["family_id"],
+        "fill": r["fill"],
+        "kind": kind,
+        "clip_id": m["clip_id"],
+        "description": desc,
+        "caption": m["caption"],
+        "truth": round(float(m["desc_sim"]), 4),
+        "audibility_db": audibility(stems, ann, kind),
+        "audibility_plain_db": audibility(stems, ann, kind, weighted=False),
+    }
+    return row, band_profile(cue_audio(stems, ann, kind)) if with_profile else None
+
+
+class CueMeter:
+    """Measures the variants' cues as their rows arrive, `threads` rows at a time (default: one
+    per core; FLAC decoding and filtering release the GIL), and collects them in arrival order, so
+    the result does not depend on the thread count. A build's FolderWriter feeds it each scene row
+    as it writes it (the stems as written, measured while the folder is still being written);
+    `check_folder` feeds it a built folder's rows. At most `max_pending` rows wait, so memory holds
+    a bounded number of stems."""
+
+    def __init__(self, threads: int | None = None, max_pending: int = 32):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max(1, threads or os.cpu_count() or 1), thread_name_prefix="cues")
+        self._max_pending = max_pending
+        self._pending: deque = deque()
+        self._rows: list[dict] = []
+        self._profiles: defaultdict[str, dict] = defaultdict(dict)
+
+    def add(self, r: dict) -> None:
+        """One row of the scenes config (rows without a family carry no cue and are passed over)."""
+        if not r.get("family_id"):
+            return
+        # The first variant of each (family, fill) in arrival order gives the fill's profile.
+        fills = self._profiles[r["family_id"]]
+        first = r["fill"] not in fills
+        fills.setdefault(r["fill"], None)
+        self._pending.append((r["family_id"], r["fill"], first, self._pool.submit(_measure, r, first)))
+        while len(self._pending) > self._max_pending:
+            self._collect_one()
+
+    def _collect_one(self) -> None:
+        fam, fill, first, fut = self._pending.popleft()
+        row, prof = fut.result()
+        self._rows.append(row)
+        if first:
+            self._profiles[fam][fill] = (row["clip_id"], prof)
+
+    def result(self) -> dict:
+        """Per-variant cue rows and per-family distinctness pairs, with counts."""
+        while self._pending:
+            self._collect_one()
+        self.close()
+        pairs = []
+        for fam, fills in sorted(self._profiles.items()):
+            names = sorted(fills)
+            for i, a in enumerate(names):
+                for b in names[i + 1 :]:
+                    d = float(np.sqrt(np.mean((fills[a][1] - fills[b][1]) ** 2)))
+                    pairs.append(
+                        {
+                            "family_id": fam,
+                            "fills": [a, b],
+                            "clips": [fills[a][0], fills[b][0]],
+                            "distance_db": round(d, 2),
+                        }
+                    )
+        return {"cues": self._rows, "pairs": pairs, "summary": summary(self._rows, pairs)}
+
+    def close(self) -> None:
+        """Stop measuring (rows not started are dropped)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def check_folder(folder: str | Path, threads: int | None = None) -> dict:
     """Per-variant cue rows and per-family distinctness pairs of a built dataset, with counts."""
     import pyarrow.parquet as pq
 
-    from casu_dataset.core.audio_io import decode_bytes
-
-    folder = Path(folder)
-    cols = [
-        "scene_id",
-        "family_id",
-        "slot_kind",
-        "fill",
-        "fill_group",
-        "background",
-        "speech",
-        "events",
-        "annotation",
-    ]
-    rows: list[dict] = []
-    profiles: defaultdict[str, dict] = defaultdict(dict)
-    for f in sorted((folder / "scenes").glob("*.parquet")):
-        pf = pq.ParquetFile(str(f))
-        for g in range(pf.num_row_groups):
-            for r in pf.read_row_group(g, columns=cols, use_threads=False).to_pylist():
-                if not r["family_id"]:
-                    continue
-                ann = json.loads(r["annotation"])
-                stems = {
-                    k: decode_bytes(r[k]["bytes"], f"{r['scene_id']} {k}")
-                    for k in ("background", "speech", "events")
-                }
-                kind = r["slot_kind"]
-                if kind == "event":
-                    j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
-                    m = ann["extra"]["retrieval"]["events"][j]
-                    desc = ann["script"]["events"][j]["description"]
-                else:
-                    m = ann["extra"]["retrieval"]["background"]
-                    desc = ann["script"]["background"]["description"]
-                rows.append(
-                    {
-                        "scene_id": r["scene_id"],
-                        "family_id": r["family_id"],
-                        "fill": r["fill"],
-                        "kind": kind,
-                        "clip_id": m["clip_id"],
-                        "description": desc,
-                        "caption": m["caption"],
-                        "truth": round(float(m["desc_sim"]), 4),
-                        "audibility_db": audibility(stems, ann, kind),
-                        "audibility_plain_db": audibility(stems, ann, kind, weighted=False),
-                    }
-                )
-                if r["fill"] not in profiles[r["family_id"]]:
-                    profiles[r["family_id"]][r["fill"]] = (
-                        m["clip_id"],
-                        band_profile(cue_audio(stems, ann, kind)),
-                    )
-    pairs = []
-    for fam, fills in sorted(profiles.items()):
-        names = sorted(fills)
-        for i, a in enumerate(names):
-            for b in names[i + 1 :]:
-                d = float(np.sqrt(np.mean((fills[a][1] - fills[b][1]) ** 2)))
-                pairs.append(
-                    {
-                        "family_id": fam,
-                        "fills": [a, b],
-                        "clips": [fills[a][0], fills[b][0]],
-                        "distance_db": round(d, 2),
-                    }
-                )
-    return {"cues": rows, "pairs": pairs, "summary": summary(rows, pairs)}
+    cols = ["scene_id", "family_id", "slot_kind", "fill", "background", "speech", "events", "annotation"]
+    meter = CueMeter(threads)
+    try:
+        for f in sorted((Path(folder) / "scenes").glob("*.parquet")):
+            pf = pq.ParquetFile(str(f))
+            for g in range(pf.num_row_groups):
+                for r in pf.read_row_group(g, columns=cols, use_threads=False).to_pylist():
+                    meter.add(r)
+        return meter.result()
+    finally:
+        meter.close()
 
 
 def summary(rows: list[dict], pairs: list[dict]) -> dict:
