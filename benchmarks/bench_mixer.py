@@ -191,7 +191,7 @@ def _scaper(files, anns, out: Path) -> dict:
 def run(quick: bool = False) -> dict:
     """Rounds of (CASU in 1 process, CASU in 2 processes, scaper), interleaved so that a slow
     spell of a shared machine hits every tool alike; each tool's best round is its figure."""
-    n, rounds = (6, 1) if quick else (60, 3)
+    n, rounds = (6, 1) if quick else (60, 5)
     procs = 2
     work = Path(tempfile.mkdtemp(prefix="casu-bench-mix-"))
     try:
