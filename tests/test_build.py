@@ -330,6 +330,26 @@ def test_stale_temp_files_of_killed_scene_and_speech_writes_are_cleaned(built, b
     assert not dead_turn.exists() and live_turn.exists()
 
 
+def test_a_failed_parquet_write_fails_the_build_and_leaves_the_old_folder(built, builder, work, monkeypatch):
+    """Row groups are written on their own thread: its failure (a full disk) still reaches the build,
+    which removes its staging folder and keeps the old dataset byte for byte."""
+    import pyarrow.parquet as pq
+
+    out, rep, scenes, invalid = built
+    target = work / "disk_full_target"
+    shutil.copytree(out, target)
+    before = _bytes(target)
+
+    def full(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    with pytest.raises(OSError, match="No space left"):
+        build_dataset(_config(target, work / "cache"), scenes, builder, invalid=invalid)
+    assert _bytes(target) == before
+    assert not list(target.parent.glob(f".{target.name}.tmp-*"))
+
+
 def test_skipped_scenes_fail_the_build_and_write_nothing(built, builder, work):
     from dataclasses import replace
 
