@@ -315,6 +315,7 @@ def test_the_printed_link_opens_the_page_and_is_on_stdout_only(rows, tmp_path, t
     written under the run's folders never hold the link or the page's token."""
     import os
     import signal
+    import subprocess
 
     ds = write_dataset(rows, tmp_path / "ds")
     proc, fd, out = _start_review(ds, tmp_path, tty)
@@ -327,13 +328,19 @@ def test_the_printed_link_opens_the_page_and_is_on_stdout_only(rows, tmp_path, t
         port = int(url.rsplit(":", 1)[1].strip("/"))
         assert post(port, DECISION, good_headers(port, token))[0] == 200
         proc.send_signal(signal.SIGINT)  # Ctrl+C: a clean stop
-        assert proc.wait(timeout=20) == 0
+        # communicate() drains stderr while waiting: a child blocked on a full pipe cannot stop.
+        try:
+            err = proc.communicate(timeout=30)[1].decode()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            tail = proc.communicate()[1].decode()[-3000:]
+            raise AssertionError(f"review did not stop within 30 s of Ctrl+C; its stderr:\n{tail}") from None
+        assert proc.returncode == 0, err[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         os.close(fd)
-    err = proc.stderr.read().decode()
     assert "Traceback" not in err and url not in err and token not in err, err
     assert decisions_path(ds).exists()
     for f in tmp_path.rglob("*"):

@@ -45,6 +45,11 @@ def run(args) -> int:
         f"open http://{host}:{port}/  (Ctrl+C stops; nothing is lost)",
         flush=True,
     )
+    import signal
+
+    # "Ctrl+C stops" whatever the caller left: a shell starts a background job (`review &` in a
+    # script) with SIGINT ignored, and the child would inherit that and never stop on it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:
