@@ -88,8 +88,7 @@ def gated_lufs(kw: np.ndarray, sr: int, support: list[tuple[int, int]] | None = 
         seg[k0:k1] += np.add.reduceat(_squares(kw[s:e], scale), cuts).astype(np.int64)
     at = np.zeros(bounds.shape[0], dtype=np.int64)
     np.cumsum(seg[:-1], out=at[1:])
-    sums = at[np.searchsorted(bounds, hi)] - at[np.searchsorted(bounds, lo)]
-    return _gate(sums.astype(np.float64) / (scale * scale) / int(BLOCK_S * sr))
+    return _gate(at[np.searchsorted(bounds, hi)] - at[np.searchsorted(bounds, lo)], scale, sr)
 
 
 class RunningEnergy:
@@ -112,8 +111,7 @@ class RunningEnergy:
         if self.scale is None:
             return SILENCE_LUFS
         lo, hi, _ = _blocks(n, sr)
-        sums = self.csum[start + hi] - self.csum[start + lo]
-        return _gate(sums.astype(np.float64) / (self.scale * self.scale) / int(BLOCK_S * sr))
+        return _gate(self.csum[start + hi] - self.csum[start + lo], self.scale, sr)
 
 
 # Quantised samples have |q| <= 2**SCALE_BITS, so a square is an integer < 2**40 and a sum of up
@@ -179,8 +177,9 @@ def _checked_spans(spans) -> list[tuple[int, int]]:
     return out
 
 
-def _gate(z: np.ndarray) -> float:
-    """Integrated loudness from the blocks' mean squares."""
+def _gate(sums: np.ndarray, scale: float, sr: int) -> float:
+    """Integrated loudness from the blocks' integer sums of quantised squares."""
+    z = sums.astype(np.float64) / (scale * scale) / int(BLOCK_S * sr)  # the blocks' mean squares
     # lj = -0.691 + 10 log10(z) >= -70  <=>  z >= 10 ** ((-70 + 0.691) / 10)
     keep = z >= _ABS_GATE_ENERGY
     if not keep.any():

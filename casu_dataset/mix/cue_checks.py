@@ -48,14 +48,19 @@ def _frames_db(x: np.ndarray, weighted: bool = True) -> np.ndarray:
     return 10 * np.log10(np.maximum(e, 1e-20))
 
 
+def _cue_event(ann: dict) -> tuple[int, int, int]:
+    """An event cue's index in the script and its window [lo, hi) in samples."""
+    j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
+    ev = ann["plan"]["events"][j]
+    return j, ev["onset_samples"], ev["onset_samples"] + ev["length_samples"]
+
+
 def audibility(stems: dict[str, np.ndarray], ann: dict, slot_kind: str, weighted: bool = True) -> float:
     """dB of the cue over the rest in its best frame (see the module docstring). K-weighted by
     default (the ear's sensitivity: a phone's ring stands out of speech and a bed more than its
     plain level says); `weighted=False` gives the plain level ratio, reported beside it."""
     if slot_kind == "event":
-        j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
-        ev = ann["plan"]["events"][j]
-        lo, hi = ev["onset_samples"], ev["onset_samples"] + ev["length_samples"]
+        _, lo, hi = _cue_event(ann)
         cue = _frames_db(stems["events"][lo:hi], weighted)
         rest = _frames_db(stems["speech"][lo:hi] + stems["background"][lo:hi], weighted)
         i = int(np.argmax(cue))
@@ -85,9 +90,8 @@ def band_profile(x: np.ndarray) -> np.ndarray:
 
 def cue_audio(stems: dict[str, np.ndarray], ann: dict, slot_kind: str) -> np.ndarray:
     if slot_kind == "event":
-        j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
-        ev = ann["plan"]["events"][j]
-        return stems["events"][ev["onset_samples"] : ev["onset_samples"] + ev["length_samples"]]
+        _, lo, hi = _cue_event(ann)
+        return stems["events"][lo:hi]
     return stems["background"]
 
 
@@ -99,12 +103,10 @@ def _measure(r: dict, with_profile: bool) -> tuple[dict, np.ndarray | None]:
     kind = r["slot_kind"]
     stop = None
     if kind == "event":
-        j = next(i for i, e in enumerate(ann["script"]["events"]) if e.get("window"))
+        # An event cue is judged inside its window: the stems are decoded up to its end only.
+        j, _, stop = _cue_event(ann)
         m = ann["extra"]["retrieval"]["events"][j]
         desc = ann["script"]["events"][j]["description"]
-        # An event cue is judged inside its window: the stems are decoded up to its end only.
-        ev = ann["plan"]["events"][j]
-        stop = ev["onset_samples"] + ev["length_samples"]
     else:
         m = ann["extra"]["retrieval"]["background"]
         desc = ann["script"]["background"]["description"]

@@ -115,10 +115,7 @@ class ClipCache:
         clip = self._clips.get(key)
         if clip is None:
             audio, lufs = load_source(p, self.sr, kind)
-            clip = Clip(audio=audio, sha256=file_sha256(p), lufs=lufs)
-            if len(self._clips) >= self.max_items:
-                self._clips.pop(next(iter(self._clips)))
-            self._clips[key] = clip
+            clip = self._put(self._clips, key, Clip(audio=audio, sha256=file_sha256(p), lufs=lufs))
         return clip
 
     def kweighted(self, sha: str, audio: np.ndarray, tag: str) -> np.ndarray:
@@ -126,10 +123,7 @@ class ClipCache:
         key = (sha, tag, audio.shape[0])
         kw = self._kw.get(key)
         if kw is None:
-            kw = kweight(audio, self.sr)
-            if len(self._kw) >= self.max_items:
-                self._kw.pop(next(iter(self._kw)))
-            self._kw[key] = kw
+            kw = self._put(self._kw, key, kweight(audio, self.sr))
         return kw
 
     def running_energy(self, sha: str, kw: np.ndarray, tag: str) -> RunningEnergy:
@@ -138,11 +132,15 @@ class ClipCache:
         key = (sha, tag, kw.shape[0])
         e = self._energy.get(key)
         if e is None:
-            e = RunningEnergy(kw)
-            if len(self._energy) >= self.max_items:
-                self._energy.pop(next(iter(self._energy)))
-            self._energy[key] = e
+            e = self._put(self._energy, key, RunningEnergy(kw))
         return e
+
+    def _put(self, store: dict, key: tuple, value):
+        """Insert into one of the caches, dropping its oldest entry at max_items."""
+        if len(store) >= self.max_items:
+            store.pop(next(iter(store)))
+        store[key] = value
+        return value
 
 
 @dataclass
