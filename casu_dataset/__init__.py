@@ -3,7 +3,8 @@
 __version__ = "0.2.0"
 
 # Lazy, so `import casu_dataset` stays cheap: the loader (`casu_dataset.load(path, task)`, see
-# dataset/loading.py) and the build API (`casu_dataset.build(casu_dataset.BuildConfig(out=...))`, api.py).
+# dataset/loading.py), the `datasets` view with decoded audio (`casu_dataset.load_dataset`,
+# dataset/hf_view.py) and the build API (`casu_dataset.build(casu_dataset.BuildConfig(out=...))`, api.py).
 _LAZY = {
     "load": "dataset.loading",
     "Row": "dataset.loading",
@@ -11,6 +12,8 @@ _LAZY = {
     "data_files": "dataset.loading",
     "waveform": "dataset.loading",
     "decode_audio": "dataset.loading",
+    "load_dataset": "dataset.hf_view",
+    "SoundfileAudio": "dataset.hf_view",
     "BuildConfig": "dataset.config",
     "BuildResult": "api",
     "ConfigError": "dataset.config",

@@ -11,7 +11,9 @@ soundfile (casu_dataset.core.audio_io) when `waveform` is read, never with torch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from casu_dataset.contract import (
     registered_task,
     tasks,
 )
+from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.dataset.reader import (
     ALL_CONFIG,
     BuiltDataset,
@@ -40,6 +43,7 @@ __all__ = [
     "data_files",
     "load",
     "waveform",
+    "decode_audio",
 ]
 
 
@@ -68,44 +72,82 @@ def data_files(folder: str | Path, task: str = ALL_CONFIG, split: str = "test") 
     return {split: [str(p) for p in ds.files(config, split)]}
 
 
-def waveform(row_or_audio: dict) -> tuple[np.ndarray, int]:
-    """(float32 mono waveform, sample rate) of a row from `datasets` (or its `audio` value
-    `{bytes, path}`), decoded with soundfile: no torchcodec."""
-    import io
+def _audio_value(row_or_audio: Any, who: str) -> Mapping:
+    """The `audio` value of a row (a dict, `datasets`' LazyRow inside `map`, any Mapping) or the
+    value itself: `{bytes, path}` as stored, or `{array, sampling_rate, ...}` already decoded."""
+    if not isinstance(row_or_audio, Mapping):
+        raise LoadError(
+            f"{who}: expected a CASU row or its audio value (a mapping), got {type(row_or_audio).__name__}"
+        )
+    audio = row_or_audio["audio"] if "audio" in row_or_audio else row_or_audio
+    if not isinstance(audio, Mapping):
+        raise LoadError(f"{who}: the row's audio is a {type(audio).__name__}, not {{bytes, path}}")
+    return audio
 
-    import soundfile as sf
 
-    audio = row_or_audio.get("audio", row_or_audio) if isinstance(row_or_audio, dict) else None
-    blob = audio.get("bytes") if isinstance(audio, dict) else None
+def _decoded(audio: Mapping, who: str) -> tuple[np.ndarray, int] | None:
+    """(mono float32 at 16 kHz, 16000) of a value that `datasets` or decode_audio already decoded."""
+    if "array" not in audio:
+        return None
+    from casu_dataset.core.audio_io import AudioError, load_array
+
+    name = f"{who}: audio {audio.get('path') or '(no path)'}"
+    try:
+        sr = int(audio["sampling_rate"])
+        x = np.asarray(audio["array"], dtype=np.float32)
+        if x.ndim == 2 and x.shape[0] < x.shape[1]:  # (channels, frames), as torchcodec gives it
+            x = x.T
+        return load_array(x, sr, name, SAMPLE_RATE), SAMPLE_RATE
+    except (KeyError, TypeError, ValueError, AudioError) as err:
+        raise LoadError(f"{name}: not a decoded waveform ({err})") from None
+
+
+def waveform(row_or_audio: Mapping) -> tuple[np.ndarray, int]:
+    """(float32 mono waveform, 16000) of a row from `datasets` (a dict, or the LazyRow that
+    `map` passes), of its `audio` value `{bytes, path}`, or of a value already decoded: decoded
+    with soundfile (no torchcodec), mixed down to mono and brought to 16 kHz as the contract says."""
+    from casu_dataset.core.audio_io import AudioError, decode_bytes
+
+    audio = _audio_value(row_or_audio, "waveform")
+    done = _decoded(audio, "waveform")
+    if done is not None:
+        return done
+    blob = audio.get("bytes")
     if not blob:
         raise LoadError("waveform: expected a CASU row or its audio value {bytes, path} with FLAC bytes")
+    shown = audio.get("path") or "(no path)"
     try:
-        x, sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=False)
-    except (RuntimeError, ValueError) as err:  # soundfile's LibsndfileError is a RuntimeError
-        name = audio.get("path") if isinstance(audio, dict) else None
-        shown = name or "(no path)"
+        x = decode_bytes(bytes(blob), f"the audio {shown}", SAMPLE_RATE)
+    except AudioError as err:
         raise LoadError(f"waveform: the audio {shown} is not decodable FLAC ({err})") from None
-    return x, int(sr)
+    return x, SAMPLE_RATE
 
 
-def decode_audio(batch: dict) -> dict:
-    """A `datasets` transform: `ds.with_transform(casu_dataset.decode_audio)` gives every row's
-    `audio` as `{"array": float32 mono, "sampling_rate": int, "path": str}`, decoded with soundfile
-    (no torchcodec, which cannot load beside the CPU torch). Takes a batch (column -> list, as
-    `with_transform` passes it) or one row; a value without FLAC bytes is a LoadError naming it."""
-    if "audio" not in batch:
-        raise LoadError(f"decode_audio: no 'audio' column among {sorted(batch)}")
+def decode_audio(batch: Mapping) -> dict:
+    """`ds.with_transform(casu_dataset.decode_audio)` or `ds.map(casu_dataset.decode_audio)`:
+    every row's `audio` as `{"array": float32 mono, "sampling_rate": 16000, "path": str}`, decoded
+    with soundfile (no torchcodec, which cannot load beside the CPU torch). Takes a batch (column
+    -> list, as `with_transform` and `map(batched=True)` pass it) or one row (a dict or `map`'s
+    LazyRow); a value already decoded passes through. A value without FLAC bytes is a LoadError
+    naming it. `ds.map` of a dataset from `datasets.load_dataset` needs torchcodec to store the
+    result in the parquet's Audio column: use `casu_dataset.load_dataset`, whose audio is decoded."""
+    if not isinstance(batch, Mapping) or "audio" not in batch:
+        shown = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
+        raise LoadError(f"decode_audio: no 'audio' column among {shown}")
     values = batch["audio"]
-    one = isinstance(values, dict)
+    one = isinstance(values, Mapping)
     decoded = []
     for audio in [values] if one else values:
-        name = (audio or {}).get("path") if isinstance(audio, dict) else None
-        if not (isinstance(audio, dict) and audio.get("bytes")):
-            raise LoadError(f"decode_audio: row audio {name or audio!r} has no FLAC bytes")
-        try:
+        name = audio.get("path") if isinstance(audio, Mapping) else None
+        if isinstance(audio, Mapping) and "array" in audio:
             x, sr = waveform(audio)
-        except LoadError as err:
-            raise LoadError(f"decode_audio: row audio {name!r} is not decodable: {err}") from None
+        else:
+            if not (isinstance(audio, Mapping) and audio.get("bytes")):
+                raise LoadError(f"decode_audio: row audio {name or audio!r} has no FLAC bytes")
+            try:
+                x, sr = waveform(audio)
+            except LoadError as err:
+                raise LoadError(f"decode_audio: row audio {name!r} is not decodable: {err}") from None
         decoded.append({"array": x, "sampling_rate": sr, "path": name})
     return {**batch, "audio": decoded[0] if one else decoded}
 
