@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from casu_dataset.core.errors import Field
-from casu_dataset.dataset.config import BuildConfig, ConfigError, out_problem
+from casu_dataset.dataset.config import BuildConfig, ConfigError, out_problem, replace_problem
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def build(config: BuildConfig) -> BuildResult:
         _, out, rel, key, inp = clash
         field = Field(key.split("[")[0])
         raise ConfigError(Field("out"), f" {out} {rel} ", field, f" {inp}{WHY}")
-    why = out_problem(config.out)
+    why = out_problem(config.out) or replace_problem(config.out)
     if why:
         raise ConfigError(Field("out"), f" {config.out}: {why}")
     if config.executor == "ray":

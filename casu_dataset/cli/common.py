@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from casu_dataset.core.errors import Field
-from casu_dataset.dataset.config import out_problem
+from casu_dataset.dataset.config import out_problem, replace_problem
 
 
 def error(msg) -> None:
@@ -19,9 +19,10 @@ def error(msg) -> None:
     print(f"error: {redact(msg)}", file=sys.stderr)
 
 
-def check_out(path, flag: str = "--out") -> str | None:
-    """Why an output folder cannot be written, naming the flag (None when it can)."""
-    why = out_problem(path)
+def check_out(path, flag: str = "--out", replaces: bool = False) -> str | None:
+    """Why an output folder cannot be written, naming the flag (None when it can); `replaces`:
+    the command replaces the folder whole, so it must be empty or an earlier CASU build."""
+    why = out_problem(path) or (replace_problem(path) if replaces else None)
     return why and f"{flag} {path}: {why}"
 
 

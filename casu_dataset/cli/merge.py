@@ -41,7 +41,7 @@ def _report_problem(f: Path) -> str | None:
 def run(args) -> int:
     from casu_dataset.dataset.build import merge_folders
 
-    why = check_out(args.out)
+    why = check_out(args.out, replaces=True)
     if why:
         error(why)
         return 2

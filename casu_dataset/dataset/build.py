@@ -51,7 +51,7 @@ from casu_dataset.dataset.card import (
     dataset_card,
     eval_yaml,
 )
-from casu_dataset.dataset.config import BuildConfig, ConfigError
+from casu_dataset.dataset.config import BuildConfig, ConfigError, replace_problem
 from casu_dataset.dataset.executor import build_units, prebuild
 from casu_dataset.dataset.scene_cache import build_unit, clean_scene_cache
 from casu_dataset.families.compile import FamilyScene
@@ -576,7 +576,9 @@ class FolderWriter:
     the next build, for a killed one) removes the staging folder."""
 
     def __init__(self, out: Path):
-        self.out = Path(out)
+        # A symlinked `out` is built where it points: the link stays, its target is replaced
+        # (staged beside the target, so the swap is a rename on one file system).
+        self.out = Path(out).expanduser().resolve()
         self.stage = atomic.tmp_path(self.out)
         self.pending: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
         self.shards: dict[str, list[Path]] = {c: [] for c in dataset_configs()}
@@ -591,6 +593,9 @@ class FolderWriter:
 
     def _start(self) -> None:
         if not self.started:
+            why = replace_problem(self.out)  # the API and the CLI checked it; merge_folders and
+            if why:  # direct callers of build_dataset come here first
+                raise BuildError(Field("out"), f" {self.out}: {why}")
             self.out.parent.mkdir(parents=True, exist_ok=True)
             clean_folder_temps(self.out)
             if self.stage.exists():

@@ -84,6 +84,37 @@ def out_problem(path: str | Path) -> str | None:
     return None
 
 
+BUILD_RECORDS = ("casu_build.json", "build_report.json")  # what every CASU build folder holds
+
+
+def replace_problem(path: str | Path) -> str | None:
+    """Why a build may not replace the folder at `path` (None when it may). A build replaces a
+    folder whole, so it takes only an empty one or one that holds a CASU build record: never a
+    folder of the user's own files. Symlinks are followed (the build goes to the link's target,
+    which is named here); CASU's own leftovers (temp names, the Hub upload's `.cache`) do not count."""
+    from casu_dataset.core import atomic
+
+    p = Path(path).expanduser()
+    try:
+        real = p.resolve(strict=False)
+    except (RuntimeError, OSError) as err:
+        return f"cannot resolve the path ({err})"
+    if not real.is_dir():
+        return None
+    try:
+        names = sorted(e.name for e in real.iterdir() if e.name != ".cache" and atomic.TMP_MARK not in e.name)
+    except OSError as err:
+        return f"cannot list it ({err.strerror or err})"
+    if not names or any((real / r).is_file() for r in BUILD_RECORDS):
+        return None
+    where = f" (the link's target {real})" if real != p.absolute() else ""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (
+        f"holds files that are not a CASU build{where}: {shown}; a build replaces only an empty folder "
+        f"or an earlier build (one with {BUILD_RECORDS[0]}): give another folder, or empty this one yourself"
+    )
+
+
 def _int(name: str, v, lo: int, hi: int | None = None, none_ok: bool = False) -> None:
     if v is None and none_ok:
         return
