@@ -36,6 +36,9 @@ def folder(tmp_path):
     (d / "scenes" / ".s000.json.tmp-host-4242").write_text("half")  # atomic.tmp_path of an unfinished write
     (d / ".cache" / "huggingface").mkdir(parents=True)
     (d / ".cache" / "huggingface" / "x").write_text("download metadata")
+    from casu_dataset.dataset.build_manifest import identity, write
+
+    write(d, identity(None, {}))  # a build record of these files: push sends a build's files only
     return d
 
 
@@ -47,7 +50,7 @@ def cli(*argv) -> tuple[int, str, str]:
 
 def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):
     from casu_dataset.core import atomic
-    from casu_dataset.core.hub import plan_push
+    from casu_dataset.dataset.publish import plan_push
 
     plan = plan_push(folder)
     expected = sorted(
@@ -55,16 +58,16 @@ def test_plan_is_the_folder_less_temp_files_and_the_download_cache(folder):
         for p in folder.rglob("*")
         if p.is_file() and not atomic.is_tmp(p) and ".cache" not in p.parts
     )
-    assert plan == expected and len(plan) == 301
+    assert plan == expected and len(plan) == 302 and "casu_build.json" in plan
     assert atomic.is_tmp(folder / "scenes" / ".s000.json.tmp-host-4242")
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder), "--dry_run")
     assert rc == 0, err
-    assert "301 files" in out and "private" in out
+    assert "302 files" in out and "private" in out
     assert [line.strip() for line in out.splitlines()[1:]] == plan
 
 
 def test_push_commits_the_plan_in_several_commits_privately_and_resumes(folder, hub):
-    from casu_dataset.core.hub import plan_push
+    from casu_dataset.dataset.publish import plan_push
 
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
     assert rc == 0, err
@@ -73,21 +76,21 @@ def test_push_commits_the_plan_in_several_commits_privately_and_resumes(folder, 
     assert len(hub.commits) >= 2, hub.commits  # a large folder goes in batches, not one commit
     sent = [p for c in hub.commits for p in c]
     assert sorted(sent) == plan_push(folder) and len(sent) == len(set(sent))
-    assert "pushed 301 files" in out and "private" in out
+    assert "pushed 302 files" in out and "private" in out
     # a re-run resumes: every file is already there with the same content, so nothing is committed again
     n = len(hub.commits)
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
     assert rc == 0, err
     assert len(hub.commits) == n
-    # one changed file: only it is sent
+    # one file changed since its build: refused by name, nothing sent
     (folder / "scenes" / "s007.json").write_text("changed")
     rc, out, err = cli("push", "--repo", "me/tiny", "--folder", str(folder))
-    assert rc == 0 and hub.commits[-1] == ["scenes/s007.json"]
+    assert rc == 2 and "scenes/s007.json" in err and len(hub.commits) == n
 
 
 def test_a_refused_commit_is_retried_in_smaller_batches(folder, hub):
     """The pipeline's adaptive batches: a commit the Hub refuses is split and sent again."""
-    from casu_dataset.core.hub import plan_push, push
+    from casu_dataset.dataset.publish import plan_push, push
 
     hub.fail_commits = 1
     push(folder, "me/tiny", token="hf_FAKEtoken1234567890")

@@ -31,7 +31,9 @@ def _snapshot(d: Path) -> dict[str, bytes]:
 def test_build_refuses_a_folder_of_the_users_files_from_api_and_cli(tmp_path):
     mine = tmp_path / "mine"
     before = _user_folder(mine)
-    with pytest.raises(ConfigError, match=r"^out .*mine: holds files that are not a CASU build: figures, thesis.tex"):
+    with pytest.raises(
+        ConfigError, match=r"^out .*mine: holds files that are not a CASU build: figures, thesis.tex"
+    ):
         build(BuildConfig(out=mine, check_speech=False))
     run = subprocess.run(
         [sys.executable, "-m", "casu_dataset", "build", "--out", str(mine), "--no-check-speech"],

@@ -91,7 +91,10 @@ def test_plain_datasets_rows_decode_with_the_helpers(casu_small, tmp_path, no_to
     for bad, msg in [
         ("a.flac", "expected a CASU row or its audio value \\(a mapping\\), got str"),
         ({"audio": "a.flac"}, "the row's audio is a str"),
-        ({"audio": {"array": "xyz", "sampling_rate": 16000, "path": "p.flac"}}, "audio p.flac: not a decoded"),
+        (
+            {"audio": {"array": "xyz", "sampling_rate": 16000, "path": "p.flac"}},
+            "audio p.flac: not a decoded",
+        ),
     ]:
         with pytest.raises(casu_dataset.LoadError, match=msg):
             casu_dataset.waveform(bad)
@@ -114,7 +117,9 @@ def test_load_dataset_names_a_missing_folder_and_a_bad_row(casu_small, tmp_path,
     assert ds[0]["audio"]["array"].size  # the good dataset is unaffected
 
 
-def test_a_hub_id_goes_through_datasets_with_the_same_waveforms(casu_small, tmp_path, monkeypatch, no_torchcodec):
+def test_a_hub_id_goes_through_datasets_with_the_same_waveforms(
+    casu_small, tmp_path, monkeypatch, no_torchcodec
+):
     import datasets
 
     real = datasets.load_dataset

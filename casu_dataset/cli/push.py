@@ -1,4 +1,5 @@
-"""`push --repo ORG/NAME`: upload a built dataset folder to the Hugging Face Hub."""
+"""`push --repo ORG/NAME`: upload a built dataset folder to the Hugging Face Hub (exactly the
+files its build record lists, verified first: dataset/publish.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from casu_dataset.core.hub import check_repo_id, plan_push, push
+    from casu_dataset.core.hub import check_repo_id
+    from casu_dataset.dataset.publish import plan_push, push
 
     private = not args.public
     check_repo_id(args.repo)  # a dry run checks what the real push would: HubError naming --repo

@@ -1,5 +1,6 @@
 """The one Hugging Face Hub client of the builder and the harness: a repo-id check, a
-single-commit upload (results, a pull request) and a dataset folder's multi-commit upload. The
+single-commit upload (results, a pull request) and a dataset folder's multi-commit upload of
+the files a caller planned (dataset/publish.py: exactly a build's files). The
 token comes from HF_TOKEN or `huggingface-cli login` and is never printed."""
 
 from __future__ import annotations
@@ -256,34 +257,29 @@ def commit(
 PUSH_IGNORE = [atomic.TMP_GLOB, "*/" + atomic.TMP_GLOB]
 
 
-def plan_push(folder: str | Path) -> list[str]:
-    """The exact files (paths relative to `folder`, sorted) `push` sends: the dataset folder less
-    PUSH_IGNORE and upload_folder's own DEFAULT_IGNORE_PATTERNS."""
-    from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
-
-    folder = Path(folder)
-    if not (folder / "README.md").is_file():
-        raise HubError(FOLDER, f" {folder}: not a dataset folder (no README.md card)")
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    plan = list(filter_repo_objects(files, ignore_patterns=PUSH_IGNORE + DEFAULT_IGNORE_PATTERNS))
-    return plan
+def _exact(rel: str) -> str:
+    """An fnmatch pattern that matches exactly the path `rel` (its wildcard characters escaped)."""
+    return re.sub(r"([*?\[])", r"[\1]", rel)
 
 
-def push(
+def upload_files(
     folder: str | Path,
     repo: str,
+    files: list[str],
     api=None,
     private: bool = True,
     message: str | None = None,
     token: str | None = None,
 ):
-    """Upload a built dataset folder to a Hub dataset repo (created private unless `private=False`).
+    """Upload exactly `files` (paths relative to `folder`, planned by the caller: see
+    dataset/publish.py) to a Hub dataset repo (created private unless `private=False`).
 
-    huggingface_hub's upload_folder: with hf_xet installed it commits a large folder in several
-    batches (adaptive, from about 250 files a commit) and a re-run resumes, skipping the files
-    already committed; a failure is one HubUploadError line."""
+    huggingface_hub's upload_folder, restricted to those paths: with hf_xet installed it commits a
+    large folder in several batches (adaptive, from about 250 files a commit) and a re-run resumes,
+    skipping the files already committed; a failure is one HubUploadError line."""
     check_repo_id(repo)
-    files = plan_push(folder)
+    if not files:
+        raise HubError(FOLDER, f" {folder}: nothing to upload")
     hub_timeout()
     try:
         api = _api(api, token)
@@ -293,6 +289,7 @@ def push(
                 repo_id=repo,
                 repo_type="dataset",
                 folder_path=str(folder),
+                allow_patterns=[_exact(f) for f in files],
                 ignore_patterns=list(PUSH_IGNORE),
                 commit_message=message or f"Upload CASU dataset ({len(files)} files)",
             )
