@@ -36,6 +36,22 @@ class DecisionError(CasuError, ValueError):
     pass
 
 
+class DecisionFileError(CasuError):
+    """The decisions file cannot take a decision (a folder, a FIFO or device in its place, not
+    writable, the disk full); the message names the file. Nothing was acknowledged."""
+
+
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """`json.loads(..., object_pairs_hook=reject_duplicate_keys)`: a key given twice is an error
+    (JSON parsers disagree on which one wins, so a decision must not depend on it)."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise DecisionError(f"body: the key {k!r} is given twice")
+        out[k] = v
+    return out
+
+
 def decisions_path(dataset: str | Path) -> Path:
     d = Path(dataset).resolve()
     return d.with_name(d.name + ".decisions.jsonl")
@@ -359,22 +375,70 @@ def load(path: str | Path) -> Review:
 
 class DecisionLog:
     """Appends decisions, one fsynced line each; safe across the server's threads. `review()`
-    reads the file incrementally (only lines appended since the last call are parsed)."""
+    reads the file incrementally (only lines appended since the last call are parsed). The file
+    is checked when the log opens (a regular file or none; writable), and a decision is
+    acknowledged only once its whole line is on disk: a failed write is cut back off the file."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock = threading.Lock()
         self._reader = _Reader(self.path)
+        self.check()
+
+    def check(self) -> None:
+        """DecisionFileError naming the file when it cannot take decisions."""
+        import stat
+
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self.path.is_symlink():
+                raise DecisionFileError(
+                    f"{self.path}: a dangling symlink; remove it or point it at a file"
+                ) from None
+            parent = self.path.parent
+            if parent.is_dir() and not os.access(parent, os.W_OK):
+                raise DecisionFileError(f"{self.path}: its folder {parent} is not writable") from None
+            return
+        except OSError as err:  # a symlink loop, a path through a file
+            raise DecisionFileError(f"{self.path}: {err.strerror or err}") from None
+        if not stat.S_ISREG(st.st_mode):
+            what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
+            raise DecisionFileError(f"{self.path}: is {what}; the decisions log must be a regular file")
+        try:  # opening for append writes nothing; an immutable or read-only file fails here
+            os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND))
+        except OSError as err:
+            raise DecisionFileError(f"{self.path}: cannot append to it ({err.strerror or err})") from None
 
     def append(self, rec: dict) -> dict:
         rec = validate(rec)
-        line = json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n"
+        data = (json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            self.check()  # the file may have been replaced since the server started
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise DecisionFileError(f"{self.path}: cannot open it ({err.strerror or err})") from None
+            try:
+                start = os.fstat(fd).st_size
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                except OSError as err:
+                    # Cut the partial line off, so the next decision starts on a line of its own.
+                    try:
+                        os.ftruncate(fd, start)
+                        os.fsync(fd)
+                    except OSError:
+                        pass
+                    raise DecisionFileError(
+                        f"{self.path}: the decision was not saved ({err.strerror or err})"
+                    ) from None
+            finally:
+                os.close(fd)
         return rec
 
     def review(self) -> Review:

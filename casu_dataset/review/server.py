@@ -35,10 +35,12 @@ from casu_dataset.contract import SCENES_CONFIG, mcq_configs, mcq_tasks
 from casu_dataset.core.errors import Field, FieldError
 from casu_dataset.review.decisions import (
     DecisionError,
+    DecisionFileError,
     DecisionLog,
     check_no_option_in_question,
     decisions_path,
     option_moves,
+    reject_duplicate_keys,
     validate,
     variant_question_error,
 )
@@ -494,9 +496,11 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
                 return self._refuse(*refusal)
             raw = self.rfile.read(int(self.headers["Content-Length"]))
             try:
-                body = json.loads(raw.decode("utf-8"))
+                body = json.loads(raw.decode("utf-8"), object_pairs_hook=reject_duplicate_keys)
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
                 return self._json({"error": f"body: not JSON ({err})"}, HTTPStatus.BAD_REQUEST)
+            except DecisionError as err:
+                return self._json({"error": str(err)}, HTTPStatus.BAD_REQUEST)
             try:
                 if not isinstance(body, dict):
                     raise DecisionError(f"body: a decision must be a JSON object, got {type(body).__name__}")
@@ -505,6 +509,8 @@ def make_handler(data: ReviewData, reviewer: str, token: str = "", bind: str = "
                 rec = data.log.append(data.check_decision(body))
             except DecisionError as err:
                 return self._json({"error": str(err)}, HTTPStatus.BAD_REQUEST)
+            except DecisionFileError as err:  # not saved: the page shows it and keeps the decision
+                return self._json({"error": str(err)}, HTTPStatus.INSUFFICIENT_STORAGE)
             self._json({"ok": True, "saved": rec})
 
     return Handler
