@@ -34,7 +34,9 @@ EXIT_CODES = """exit codes:
   5  push: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload
      (token, permissions); one line says which. Re-running resumes: files already committed are skipped
   6  a resource ran out: no space left, a file size limit, too long a path, no permission, no memory
-     (one line names the path; no half-written output is left, and the caches keep what was done)"""
+     (one line names the path; no half-written output is left, and the caches keep what was done)
+  130, 143  stopped by Ctrl+C (SIGINT) or SIGTERM: one line says what was kept (nothing half-written
+     is left; the output folder is as it was; the caches keep what was done, so a re-run resumes)"""
 
 # In the order `--help` lists them.
 COMMANDS = (
@@ -75,11 +77,18 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_console_logging()  # here, not in __main__: the `casu` console script comes through main too
     guard_logging()
+    from casu_dataset.core.signals import Stopped, restore_signals, stop_on_signals, stopped_exit
+
+    previous = stop_on_signals()
     try:
         if getattr(args, "online", False):  # push: the user's own Hub mode, online by default
             return args.fn(args)
         with hub_offline():
             return args.fn(args)
+    except (KeyboardInterrupt, Stopped) as err:
+        code, name = stopped_exit(err)
+        error(_stopped_line(args, name))
+        return code
     except CasuError as err:  # an expected failure: one line (flags named as typed), its exit code
         render = getattr(err, "render", None)
         error(render(args.flag) if render is not None and hasattr(args, "flag") else err)
@@ -93,3 +102,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         error(msg)
         return EXIT_RESOURCE
+    finally:
+        restore_signals(previous)
+
+
+def _stopped_line(args, name: str) -> str:
+    """What a stopped command kept and what it did not write."""
+    out = getattr(args, "out", None)
+    if out and args.cmd in ("build", "merge"):  # staged beside --out, swapped in only when complete
+        where = f"--out {out} is as it was (the new build was not written)"
+    elif out:
+        where = f"what --out {out} holds was written whole (no half-written file)"
+    else:
+        where = "no half-written file was left"
+    return f"stopped by {name}: {where}; the caches keep the work done, so the same command resumes"

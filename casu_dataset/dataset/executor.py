@@ -11,6 +11,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 from casu_dataset.core.errors import Field
+from casu_dataset.core.signals import ignoring_sigint
 from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
@@ -108,9 +109,11 @@ def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, timings=None) ->
     import multiprocessing as mp
 
     spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
-    with mp.get_context("spawn").Pool(
-        num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
-    ) as pool:
+    with ignoring_sigint():  # the workers start with it ignored (inherited), even while importing
+        pool = mp.get_context("spawn").Pool(
+            num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
+        )
+    with pool:
         # imap hands units out in order as workers free up and returns them in order: the workers
         # run ahead of the caller, never more than the task queue allows.
         for spent in pool.imap(_pool_build, scenes):
