@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.config import VERBOSITY, EvalConfig, UsageError, check_device
+from harness.config import VERBOSITY, EvalConfig, UsageError, apply_seeds, check_device
 from model_adapters.base import Adapter, AdapterError, ModelArgsError, parse_model_args
 
 log = logging.getLogger("harness")
@@ -189,14 +189,15 @@ def _tasks(tasks, include_path):
     spec = ",".join(tasks) if isinstance(tasks, (list, tuple)) else str(tasks)
     skipped: list[TaskConfigError] = []
     loaded = load_tasks(with_builtins(include_path), skipped=skipped)
-    for err in skipped:  # lm-eval's habit: a task file that fails is named, the others run
-        print(f"warning: skipped a task file: {err}", file=sys.stderr)
     try:
-        return select_tasks(spec, loaded)
-    except TaskConfigError as err:
+        chosen = select_tasks(spec, loaded)
+    except TaskConfigError as err:  # one line: the selection, and the files that were skipped
         if not skipped:
             raise
         raise TaskConfigError(f"{err}; task files skipped: {'; '.join(map(str, skipped))}") from None
+    for e in skipped:  # lm-eval's habit: a task file that fails is named, the others run
+        print(f"warning: skipped a task file: {e}", file=sys.stderr)
+    return chosen
 
 
 def _conditions(conditions: str):
@@ -205,13 +206,15 @@ def _conditions(conditions: str):
     return parse_conditions(conditions)
 
 
-def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
+def _open_data(dataset: str, tasks, seed: int, full_check: bool = False, flag: str = "--dataset"):
+    """The dataset checked for `tasks`; `flag` (`--dataset`, `dataset_path (FILE)`, ...) names where
+    it came from in every error."""
     from casu_dataset.dataset.reader import LoadError, is_local
     from harness.run.data import CasuData
 
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
         raise UsageError(
-            f"--dataset {dataset}: no such folder (build one with `python -m casu_dataset build "
+            f"{flag} {dataset}: no such folder (build one with `python -m casu_dataset build "
             f"--out {dataset}`, or give a Hub repo id ORG/NAME)"
         )
     if full_check and not is_local(dataset):
@@ -219,7 +222,7 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
             f"--check_integrity: {dataset} is a Hub repo; the check reads a built folder's record "
             "(download it, or drop the flag)"
         )
-    data = CasuData(dataset, seed=seed, full_check=full_check)
+    data = CasuData(dataset, seed=seed, full_check=full_check, flag=flag)
     try:  # the data each task reads is checked before any model loads
         data.check_all(tasks)
     except LoadError:
@@ -236,7 +239,7 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False):
             if os.environ.get("HF_HUB_OFFLINE") == "1"
             else ""
         )
-        raise LoadError(f"--dataset {dataset}: cannot load it from the Hub{offline}: {err}") from None
+        raise LoadError(f"{flag} {dataset}: cannot load it from the Hub{offline}: {err}") from None
     return data
 
 
@@ -312,13 +315,14 @@ def simple_evaluate(
     name (see `Adapter.set_chat_template`); `num_fewshot`: 0 only and `fewshot_as_multiturn`: False
     only (CASU tasks are zero-shot), accepted for lm-eval parity.
 
-    lm-eval's keywords: `random_seed` (= `seed`; `numpy_random_seed` / `torch_random_seed` must
-    equal it), `fewshot_random_seed` (recorded; zero-shot), `bootstrap_iters` (resamples of every
-    interval, default 1000; 0: no intervals, stderr "N/A"), `predict_only` (the model's outputs
-    and sample logs, no metrics; implies `log_samples`), `use_cache` (a response cache file, as
-    `cache`), `write_out` (print each task's first prompt), `evaluation_tracker` (lm-eval's
-    EvaluationTracker: its `general_config_tracker.log_experiment_args` is called as lm-eval does,
-    and its `output_path` is used when `output_path` is not given), `verbosity` (log level).
+    lm-eval's keywords: `random_seed` (= `seed`), `numpy_random_seed`, `torch_random_seed` (seeded
+    as lm-eval seeds them; default 1234), `fewshot_random_seed` (recorded; zero-shot),
+    `bootstrap_iters` (resamples of every interval, default 1000; 0: no intervals, stderr "N/A"),
+    `predict_only` (the model's outputs and sample logs, no metrics; implies `log_samples`),
+    `use_cache` (a response cache file, as `cache`), `write_out` (print each task's first prompt),
+    `evaluation_tracker` (lm-eval's EvaluationTracker: its
+    `general_config_tracker.log_experiment_args` is called as lm-eval does, and its `output_path` is
+    used when `output_path` is not given), `verbosity` (log level).
     `on_cleaned`: called with each temporary file a killed run left in `output_path` and this run
     removed.
 
@@ -353,16 +357,19 @@ def simple_evaluate(
 def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     from harness.config import resolve_batch_size
     from harness.output import hub
-    from harness.output.results import document, write_outputs
+    from harness.output.results import document, run_groups, write_outputs
     from harness.run.evaluate import evaluate
     from harness.run.runner import distributed_state
     from harness.scoring import metrics
-    from harness.task.config import apply_gen_kwargs
+    from harness.task.config import TaskConfigError, apply_gen_kwargs, dataset_of
     from model_adapters.registry import instantiate, resolve_adapter
 
     started = time.time()
     c = config
     set_verbosity(c.verbosity)
+    seeded = apply_seeds(c)  # python random, numpy, torch: as lm-eval's simple_evaluate, first
+    if seeded:
+        log.info(seeded)
     given = c.model if isinstance(c.model, Adapter) else None
     task_list = _tasks(c.tasks, c.include_path)  # TaskConfigError
     try:
@@ -396,7 +403,11 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     else:
         checked_args = raw_args
     _check_sampling(task_list, type(given) if given is not None else cls, given.name if given else c.model)
-    dataset, robustness_dataset, output_path, cache = c.dataset, c.robustness_dataset, c.output_path, c.cache
+    try:  # --dataset, else the one dataset_path the tasks name (TaskConfigError names both files)
+        dataset, dataset_flag = dataset_of(task_list, c.dataset)
+    except TaskConfigError as err:
+        raise UsageError(str(err)) from None
+    robustness_dataset, output_path, cache = c.robustness_dataset, c.output_path, c.cache
     if c.wandb_args is not None:
         from harness.output.wandb_log import check_available
 
@@ -409,10 +420,10 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     log.info(
         "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [x.name for x in conds], dataset
     )
-    data = _open_data(dataset, task_list, c.seed, c.check_integrity)
+    data = _open_data(dataset, task_list, c.seed, c.check_integrity, dataset_flag)
     data2 = None
     if robustness_dataset is not None:
-        data2 = _open_data(robustness_dataset, task_list, c.seed, c.check_integrity)
+        data2 = _open_data(robustness_dataset, task_list, c.seed, c.check_integrity, "--robustness_dataset")
         same_path = os.path.realpath(os.path.expanduser(robustness_dataset)) == os.path.realpath(
             os.path.expanduser(dataset)
         )
@@ -521,11 +532,21 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
             os.path.join(output_path, "cache.sqlite") if output_path is not None and cache is None else None
         ),
         predict_only=bool(c.predict_only),
+        random_seed=c.random_seed,
+        numpy_random_seed=c.numpy_random_seed,
+        torch_random_seed=c.torch_random_seed,
         fewshot_random_seed=c.fewshot_random_seed,
     )
     if ev2 is not None:
         run["robustness_dataset"] = robustness_dataset
-    doc = document(ev, info, run, {"path": dataset}, run_times={"start": started, "end": ended})
+    doc = document(
+        ev,
+        info,
+        run,
+        {"path": dataset, "named_by": dataset_flag},
+        run_times={"start": started, "end": ended},
+        groups=run_groups(task_list),
+    )
     if ev2 is not None:
         doc["robustness"] = robustness_block(ev, ev2, dataset, str(robustness_dataset), c.seed)
         if ev2["errors"]:  # failed on the second realization: the run has errors too (exit 4, rerun)

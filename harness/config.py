@@ -52,9 +52,87 @@ def _pairs(text: str, flag: str) -> dict[str, str]:
     return parse_pairs(text, flag)
 
 
-def parse_gen_kwargs(text: str | dict | None) -> dict:
-    """`max_new_tokens=16,do_sample=true,temperature=0.7` -> raw dict (typed by apply_gen_kwargs)."""
-    kw: dict[str, Any] = dict(text) if isinstance(text, dict) else _pairs(text or "", "--gen_kwargs")
+def lmeval_value(text: str):
+    """A `k=v` value typed as lm-eval 0.4.13's CLI types it (`_cli/utils.handle_cli_value_string`):
+    true/false, digits -> int, a float, then a Python literal (`["\\n"]` -> a list with a newline),
+    else the text as it is."""
+    if text.lower() == "true":
+        return True
+    if text.lower() == "false":
+        return False
+    if text.isnumeric():
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def split_top_level(text: str) -> list[str]:
+    """lm-eval's `split_top_level`: split on the commas outside brackets, braces and quotes."""
+    parts: list[str] = []
+    buf: list[str] = []
+    depth = 0
+    quote: str | None = None
+    for char in text:
+        if quote is not None:
+            if char == quote:
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char in "[({":
+            depth += 1
+        elif char in "])}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append("".join(buf))
+            buf = []
+            continue
+        buf.append(char)
+    parts.append("".join(buf))
+    return [x for x in parts if x]
+
+
+def parse_kwargs_string(text: str, flag: str) -> dict:
+    """lm-eval's `--gen_kwargs` value (`_cli/utils.MergeDictAction`): a JSON object, or `k=v,...` split
+    on the commas outside brackets and quotes, each value typed by `lmeval_value`."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        if "{" in text:
+            raise ValueError(
+                f"{flag} {text!r}: not valid JSON (use double quotes for JSON strings)"
+            ) from None
+    else:
+        if isinstance(value, dict):
+            return value
+    out: dict[str, Any] = {}
+    for item in split_top_level(text):
+        if "=" not in item:
+            raise ValueError(f"{flag} {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        out[k] = lmeval_value(v)
+    return out
+
+
+def parse_gen_kwargs(text: str | dict | list | tuple | None) -> dict:
+    """`max_gen_toks=16,until=["\\n"],temperature=0` (or lm-eval's space-separated `k=v` words, or a
+    JSON object, or a dict) -> the settings, typed as lm-eval types them (checked by
+    apply_gen_kwargs)."""
+    if isinstance(text, dict):
+        kw: dict[str, Any] = dict(text)
+    else:
+        kw = {}
+        for part in [text] if isinstance(text, str) or text is None else list(text):
+            kw.update(parse_kwargs_string(str(part or ""), "--gen_kwargs"))
     unknown = sorted(set(kw) - set(GEN_KEYS) - set(LMEVAL_GEN_KEYS))
     if unknown:
         raise ValueError(
@@ -62,7 +140,7 @@ def parse_gen_kwargs(text: str | dict | None) -> dict:
             f"{', '.join(GEN_KEYS + LMEVAL_GEN_KEYS)}"
         )
     if "max_gen_toks" in kw:
-        if "max_new_tokens" in kw and str(kw["max_new_tokens"]) != str(kw["max_gen_toks"]):
+        if "max_new_tokens" in kw and kw["max_new_tokens"] != kw["max_gen_toks"]:
             raise ValueError("--gen_kwargs max_gen_toks and max_new_tokens: the same setting; give one")
         kw["max_new_tokens"] = kw.pop("max_gen_toks")
     if isinstance(kw.get("until"), str):  # one stop string (lm-eval: a string or a list)
@@ -254,35 +332,107 @@ MAX_BOOTSTRAP_ITERS = 1_000_000
 VERBOSITY = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 JUDGES = ("local", "openai")
 SCORING = ("auto", "generate", "loglikelihood")
-# lm-eval's seeding keywords: one seed here (numpy, torch, the bootstrap, the random baseline)
-SEED_ALIASES = ("random_seed", "numpy_random_seed", "torch_random_seed")
+# lm-eval's seeds: python's random, numpy, torch and the few-shot sampler, its default, and the
+# keywords of its simple_evaluate
+SEED_ALIASES = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
+DEFAULT_SEED = (0, 1234, 1234, 1234)
 
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _seed(kw: dict) -> int:
-    """`seed`, or lm-eval's `random_seed`; lm-eval's numpy/torch seeds must agree with it (CASU does
-    not seed them apart)."""
-    seed = kw.get("seed", 0)
-    random_seed = kw.pop("random_seed", None)
-    if random_seed is not None:
-        if seed not in (0, None) and seed != random_seed:
+def parse_seed(value) -> list[int | None]:
+    """lm-eval's --seed (`_cli/utils._int_or_none_list_arg_type(3, 4, "0,1234,1234,1234")`): one value
+    for all four seeds, or python,numpy,torch[,fewshot] (a missing few-shot seed is 1234), each an
+    integer >= 0 or None (that generator is not seeded)."""
+    if isinstance(value, str):
+        items: list = [x.strip() for x in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    out: list[int | None] = []
+    for x in items:
+        if x is None or (isinstance(x, str) and x.lower() == "none"):
+            out.append(None)
+            continue
+        if isinstance(x, str) and x.lstrip("+-").isdigit():
+            x = int(x)
+        if not _is_int(x) or x < 0:
+            raise UsageError(f"--seed {value!r}: {x!r} is not an integer >= 0 or None")
+        out.append(x)
+    if len(out) == 1:
+        return out * len(DEFAULT_SEED)
+    if len(out) == len(DEFAULT_SEED) - 1:
+        return [*out, DEFAULT_SEED[-1]]
+    if len(out) != len(DEFAULT_SEED):
+        raise UsageError(
+            f"--seed {value!r}: one value, or 4 (python random, numpy, torch, few-shot; at most four; "
+            "3 leaves the few-shot seed at 1234), each an integer or None"
+        )
+    return out
+
+
+def _seed(kw: dict) -> None:
+    """The seeds of a run, in place: `seed` (CASU's: masking noise, bootstrap, the random baseline,
+    cache keys) is python random's seed (lm-eval's `random_seed`; None: python's random is not
+    seeded and CASU's seed is 0); `numpy_random_seed`, `torch_random_seed`, `fewshot_random_seed`
+    as lm-eval's (default 1234, None: not seeded). A list or "a,b,c,d" for `seed` is lm-eval's
+    --seed form."""
+    seed = kw.get("seed")
+    if seed is not None and not _is_int(seed):  # lm-eval's list form
+        values = parse_seed(seed)
+        for name, v in zip(SEED_ALIASES, values):
+            if name in kw and kw[name] != v:
+                raise UsageError(f"{name}={kw[name]!r} and seed={seed!r}: give one")
+            kw[name] = v
+        seed = None
+    if "random_seed" in kw:
+        random_seed = kw["random_seed"]
+        if seed is not None and random_seed is not None and seed != random_seed:
             raise UsageError(
                 f"random_seed={random_seed!r} and seed={seed!r}: give one (they are the same seed)"
             )
-        seed = random_seed
-    for name in ("numpy_random_seed", "torch_random_seed"):
-        v = kw.pop(name, None)
-        if v is not None and v != seed:
-            raise UsageError(
-                f"{name}={v!r}: CASU seeds numpy and torch with its one seed ({seed!r}); give the same "
-                "value or leave it out"
-            )
-    if not _is_int(seed) or seed < 0:
-        raise UsageError(f"--seed: must be an integer >= 0, got {seed!r}")
-    return seed
+        if random_seed is not None:
+            seed = random_seed
+    else:
+        kw["random_seed"] = seed if seed is not None else DEFAULT_SEED[0]
+    kw["seed"] = DEFAULT_SEED[0] if seed is None else seed
+    if not _is_int(kw["seed"]) or kw["seed"] < 0:
+        raise UsageError(f"--seed: must be an integer >= 0, got {kw['seed']!r}")
+    for name, default in zip(SEED_ALIASES, DEFAULT_SEED):
+        v = kw.setdefault(name, default)
+        if v is not None and (not _is_int(v) or v < 0):
+            raise UsageError(f"{name}={v!r}: an integer >= 0 or None (not seeded)")
+
+
+def apply_seeds(config) -> str:
+    """Seed python's random, numpy and torch as lm-eval's simple_evaluate does (a None seed leaves
+    its generator alone); the few-shot seed is recorded (CASU tasks are zero-shot). Returns the
+    log line lm-eval prints."""
+    said = []
+    if config.random_seed is not None:
+        import random
+
+        random.seed(config.random_seed)
+        said.append(f"Setting random seed to {config.random_seed}")
+    if config.numpy_random_seed is not None:
+        import numpy as np
+
+        np.random.seed(config.numpy_random_seed)
+        said.append(f"Setting numpy seed to {config.numpy_random_seed}")
+    if config.torch_random_seed is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            torch.manual_seed(config.torch_random_seed)
+            said.append(f"Setting torch manual seed to {config.torch_random_seed}")
+    if config.fewshot_random_seed is not None:
+        said.append(f"Setting fewshot manual seed to {config.fewshot_random_seed}")
+    return " | ".join(said)
 
 
 def _checked(kw: dict) -> dict:
@@ -325,7 +475,7 @@ def _checked(kw: dict) -> dict:
         kw["cache"] = str(use_cache)
     if kw.get("predict_only"):
         kw["log_samples"] = True
-    kw["seed"] = _seed(kw)
+    _seed(kw)
     try:
         kw["gen_kwargs"] = parse_gen_kwargs(kw.get("gen_kwargs"))
         kw["limit"] = parse_limit(kw.get("limit"))
@@ -383,16 +533,18 @@ class EvalConfig(BaseModel):
     builds (`EvalConfig.from_cli`), also from keywords or a YAML file (`EvalConfig.from_yaml`,
     `python -m harness --config run.yaml`). A bad value raises `UsageError` naming the flag.
 
-    lm-eval's keywords are accepted and folded in: `random_seed` (= `seed`; `numpy_random_seed` /
-    `torch_random_seed` must equal it), `use_cache` (= `cache`); `predict_only` implies
-    `log_samples`. `replace(**changes)` gives a checked copy."""
+    lm-eval's keywords are accepted and folded in: `random_seed` (= `seed`), `numpy_random_seed`,
+    `torch_random_seed`, `fewshot_random_seed` (lm-eval's defaults 1234; `seed` may also be lm-eval's
+    list), `use_cache` (= `cache`); `predict_only` implies `log_samples`. `replace(**changes)` gives a
+    checked copy."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     model: Any = Field(None, description="an adapter name, module:Class, or a model_adapters.Adapter")
     model_args: str | dict | None = None
     tasks: str | list = "all"
-    dataset: str = "casu_mini"
+    # a built folder or a Hub repo; None: the one the tasks' dataset_path names, else casu_mini
+    dataset: str | None = None
     robustness_dataset: str | None = None
     conditions: str = "full"  # full, all, or names such as PEB,P__,_E_
     limit: int | float | None = None
@@ -401,7 +553,10 @@ class EvalConfig(BaseModel):
     include_path: list[str | Path] | None = None
     batch_size: int | str = 1  # an integer, "auto" or lm-eval's "auto:N"
     max_batch_size: int | None = None  # lm-eval's: the largest automatic batch size
-    seed: int = 0
+    seed: int = 0  # CASU's seed (noise, bootstrap, random baseline, cache keys) = python random's
+    random_seed: int | None = 0  # lm-eval's python random seed (None: not seeded; seed stays 0)
+    numpy_random_seed: int | None = 1234  # lm-eval's: numpy's global seed (None: not seeded)
+    torch_random_seed: int | None = 1234  # lm-eval's: torch.manual_seed (None: not seeded)
     scene_hint: bool = False
     scoring: Literal["auto", "generate", "loglikelihood"] = "auto"
     circular: bool = False
@@ -418,7 +573,7 @@ class EvalConfig(BaseModel):
     apply_chat_template: bool | str | None = None
     num_fewshot: int | None = None
     fewshot_as_multiturn: bool = False
-    fewshot_random_seed: int | None = None
+    fewshot_random_seed: int | None = 1234  # lm-eval's; recorded (CASU tasks are zero-shot)
     bootstrap_iters: int | None = None
     predict_only: bool = False
     write_out: bool = False
@@ -438,8 +593,13 @@ class EvalConfig(BaseModel):
             raise UsageError(_describe(err)) from None
 
     def replace(self, **changes: Any) -> EvalConfig:
-        """A checked copy with `changes` (keywords as the constructor's)."""
-        return type(self)(**{**self.keywords(), **changes})
+        """A checked copy with `changes` (keywords as the constructor's; a new `seed` is a new
+        `random_seed` too, and the other way round)."""
+        base = self.keywords()
+        for a, b in (("seed", "random_seed"), ("random_seed", "seed")):
+            if a in changes and b not in changes:
+                base.pop(b)
+        return type(self)(**{**base, **changes})
 
     def keywords(self) -> dict:
         """The fields as keywords (EvalConfig(**c.keywords()) == c)."""
@@ -464,13 +624,9 @@ class EvalConfig(BaseModel):
         kw["progress"] = not getattr(args, "quiet", False)
         if getattr(args, "samples", None) is not None:
             kw["samples"] = args.samples  # refused with the reason (SAMPLES_WHY)
-        seeds = kw.pop("seed", 0)
-        if isinstance(seeds, (list, tuple)):  # lm-eval's --seed RANDOM[,NUMPY[,TORCH[,FEWSHOT]]]
-            seed_names = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
-            kw.update({n: v for n, v in zip(seed_names, seeds) if v is not None})
-            kw.setdefault("random_seed", 0)
-        else:
-            kw["seed"] = seeds
+        seeds = kw.pop("seed", None)
+        if seeds is not None:  # lm-eval's --seed: one value for all four, or RANDOM,NUMPY,TORCH[,FEWSHOT]
+            kw.update(zip(SEED_ALIASES, parse_seed(seeds)))
         return cls(**kw)
 
 

@@ -37,17 +37,15 @@ def _batch_size(text: str):
     return text if is_auto(text) else int_at_least(1)(text)
 
 
-def _seeds(text: str) -> int | list[int | None]:
-    """lm-eval's --seed: one value, or up to four (python random, numpy, torch, few-shot), each an
-    integer >= 0 or None (not set)."""
-    parts = [x.strip() for x in text.split(",")]
-    if len(parts) == 1:
-        return int_at_least(0)(parts[0])
-    if len(parts) > 4:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: at most four values (random, numpy, torch, few-shot seeds)"
-        )
-    return [None if x.lower() == "none" else int_at_least(0)(x) for x in parts]
+def _seeds(text: str) -> list[int | None]:
+    """lm-eval's --seed: one value for all four seeds, or python,numpy,torch[,fewshot], each an integer
+    >= 0 or None (that generator is not seeded)."""
+    from harness.config import UsageError, parse_seed
+
+    try:
+        return parse_seed(text)
+    except UsageError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--seed ")) from None
 
 
 def set_cli_verbosity(level: str) -> None:
@@ -69,19 +67,24 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--config",
+        "-C",
         default=None,
         metavar="YAML",
         help="a run's settings in a YAML file (keys: these flags' names, e.g. `model: random`, `limit: 32`); "
         "flags given beside it win",
     )
-    p.add_argument("--model", default=None, help="adapter name (see `python -m harness list`); required")
+    p.add_argument(
+        "--model", "-M", default=None, help="adapter name (see `python -m harness list`); required"
+    )
     p.add_argument(
         "--model_args",
+        "-a",
         default="",
         help="k=v,k2=v2 passed to the adapter, e.g. pretrained=PATH,dtype=bfloat16",
     )
     p.add_argument(
         "--tasks",
+        "-t",
         default="all",
         help="all, a tag (casu), or a comma list of task names; 'list' prints the tasks and exits",
     )
@@ -91,7 +94,12 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="extra folder of task YAMLs, added to the built-in tasks (repeatable)",
     )
-    p.add_argument("--dataset", default="casu_mini", help="a built dataset folder or a Hub dataset repo id")
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="a built dataset folder or a Hub dataset repo id; it overrides the tasks' dataset_path "
+        "(default: the one dataset_path the tasks name, else casu_mini)",
+    )
     p.add_argument(
         "--robustness_dataset",
         default=None,
@@ -103,6 +111,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--batch_size",
+        "-b",
         type=_batch_size,
         default=1,
         help="requests per model call, or 'auto': the largest that fits (CUDA: starts at "
@@ -119,6 +128,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--limit",
+        "-L",
         type=_limit,
         default=None,
         help="first N samples per task, or a fraction in (0, 1) of each task (whole contrast families "
@@ -126,8 +136,12 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--gen_kwargs",
-        default="",
-        help="k=v,... merged over each task's generation settings (max_new_tokens, do_sample, temperature)",
+        nargs="+",
+        default=None,
+        metavar="K=V",
+        help="k=v,... (or lm-eval's k=v k2=v2, or a JSON object) merged over each task's generation "
+        "settings (max_new_tokens/max_gen_toks, do_sample, temperature, until, top_p, top_k); values are "
+        'typed as lm-eval types them (until=["\\n"] is a list holding a newline)',
     )
     p.add_argument(
         "--hf_hub_log_args",
@@ -137,24 +151,29 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--verbosity",
+        "-v",
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         default="WARNING",
         help="log level of the harness and the libraries it calls",
     )
     p.add_argument(
-        "--output_path", default="results", help="folder for results JSON, sample logs, tables, plots"
+        "--output_path", "-o", default="results", help="folder for results JSON, sample logs, tables, plots"
     )
     p.add_argument(
-        "--log_samples", action="store_true", help="write every sample's prompt, output and score as JSONL"
+        "--log_samples",
+        "-s",
+        action="store_true",
+        help="write every sample's prompt, output and score as JSONL",
     )
     p.add_argument(
         "--seed",
         type=_seeds,
-        default=0,
-        help="seeds masking noise, bootstrap and random baselines; lm-eval's RANDOM,NUMPY,TORCH,FEWSHOT "
-        "form is accepted (CASU has one seed: numpy and torch must equal the first, None leaves one "
-        "unset; the few-shot seed is recorded, tasks are zero-shot)",
+        default=None,
+        metavar="RANDOM[,NUMPY,TORCH[,FEWSHOT]]",
+        help="lm-eval's seeds (default 0,1234,1234,1234; one value sets all four; None leaves one "
+        "unseeded): python random, numpy, torch and few-shot, seeded as lm-eval seeds them and "
+        "recorded; the first is also CASU's seed (masking noise, bootstrap, random baseline, cache keys)",
     )
     p.add_argument(
         "--conditions",
@@ -221,6 +240,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--num_fewshot",
+        "-f",
         type=int_at_least(0),
         default=None,
         metavar="N",
@@ -241,6 +261,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--predict_only",
+        "-x",
         action="store_true",
         help="lm-eval's: the model's outputs and sample logs (implies --log_samples), no metrics",
     )
@@ -270,6 +291,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--samples",
+        "-E",
         default=None,
         metavar="JSON",
         help="lm-eval's; refused: CASU scores contrast families as wholes, use --limit N (whole families)",
@@ -290,6 +312,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--use_cache",
+        "-c",
         default=None,
         metavar="PATH",
         help="lm-eval's name for --cache: the response cache file",
@@ -318,6 +341,10 @@ def _samples_file(results_path, task: str):
 
 def cmd_run(argv: list[str]) -> int:
     """Parse the flags, call `harness.simple_evaluate`, print the table (its errors: see main)."""
+    if argv and argv[0] == "ls":  # lm-eval's `ls tasks|groups|subtasks|tags` (main dispatches the rest here)
+        from harness.cli.listing import cmd_ls
+
+        return cmd_ls(argv[1:])
     parser = _run_parser()
     args = parser.parse_args(argv)
     if args.config is not None:  # the file's settings, then the flags typed beside it win
@@ -404,7 +431,7 @@ def cmd_run(argv: list[str]) -> int:
     rows = sum(c["rows"] for c in n["per_task"].values())
     cut = f" (--limit: {n['samples']} of {rows} rows)" if n["samples"] != rows else ""
     print(
-        f"evaluated {n['requests']} requests over {n['samples']} samples from {config.dataset} "
+        f"evaluated {n['requests']} requests over {n['samples']} samples from {doc['dataset']['path']} "
         f"(fingerprint {doc['dataset']['fingerprint']}){cut}"
     )
     if res.pushed and res.pushed["pushed"]:

@@ -43,9 +43,15 @@ def _stderr(m: dict):
     return (ci[1] - ci[0]) / (2 * 1.959964) if ci and None not in ci else "N/A"
 
 
-def task_results(task: str, conds: dict) -> dict:
+def sample_len(conds: dict) -> int:
+    """lm-eval's sample_len of a task: its questions scored (the full-audio condition's n)."""
     first: dict = conds.get(FULL_CONDITION) or next(iter(conds.values()), {})
-    out: dict = {"name": task, "alias": task, "sample_len": first.get("n", 0)}
+    return first.get("n", 0)
+
+
+def task_results(task: str, conds: dict, alias: str | None = None) -> dict:
+    """lm-eval's results entry of one task (`alias`: its task_alias, else its name)."""
+    out: dict = {"name": task, "alias": alias or task, "sample_len": sample_len(conds)}
     for cond, m in conds.items():
         filt = filter_name(cond)
         if m.get("predict_only"):  # lm-eval's predict_only: its "bypass" metric
@@ -57,6 +63,79 @@ def task_results(task: str, conds: dict) -> dict:
                 continue
             out[f"{metric.lmeval},{filt}"] = v["value"]
             out[f"{metric.lmeval}_stderr,{filt}"] = _stderr(v)
+    return out
+
+
+def group_scores(group: dict, results: dict) -> dict:
+    """lm-eval's Group.aggregate (lm_eval/api/group.py, 0.4.13) over CASU's per-task results: for each
+    `aggregate_metric_list` entry and filter (its filter_list, else every filter a member task has
+    the metric under; a filter is a condition, `none` the full audio), the mean of the member
+    tasks' values, weighted by their sample_len with `weight_by_size` (lm-eval's default), and
+    lm-eval's stderr of it (pooled_sample_stderr, or unweighted_mean_stderr; None where a member
+    has no interval). -> {condition: {CASU metric name: {value, stderr, n, tasks, weight_by_size}}}"""
+    import math
+
+    by_lmeval = {m.lmeval: m for m in METRICS.values() if m.lmeval}
+    members = [t for t in group["task"] if t in results]
+    out: dict[str, dict] = {}
+    for agg in group.get("aggregate_metric_list") or []:
+        metric = by_lmeval[agg["metric"]]
+
+        def value_of(task: str, cond: str):
+            v = (results[task].get(cond) or {}).get(metric.name)
+            return v if isinstance(v, dict) and v.get("value") is not None else None
+
+        filters = agg.get("filter_list") or sorted(
+            {filter_name(c) for t in members for c in results[t] if value_of(t, c) is not None}
+        )
+        for filt in filters:
+            cond = FULL_CONDITION if filt == "none" else filt
+            found = [(t, value_of(t, cond)) for t in members]
+            got = [(t, v) for t, v in found if v is not None]
+            if not got:
+                continue
+            sizes = [sample_len(results[t]) for t, _ in got]
+            weights = sizes if agg["weight_by_size"] else [1] * len(got)
+            if sum(weights) == 0:
+                continue
+            value = sum(v["value"] * w for (_, v), w in zip(got, weights)) / sum(weights)
+            errs = [_stderr(v) for _, v in got]
+            stderr = None
+            if "N/A" not in errs:
+                if not agg["weight_by_size"]:
+                    stderr = math.sqrt(sum(e**2 for e in errs)) / len(errs)
+                elif sum(sizes) - len(sizes) > 0:
+                    pooled = sum((n - 1) * e**2 * n for n, e in zip(sizes, errs)) / (sum(sizes) - len(sizes))
+                    stderr = math.sqrt(pooled / sum(sizes))
+            out.setdefault(cond, {})[metric.name] = {
+                "value": value,
+                "stderr": stderr,
+                "n": sum(sizes),
+                "tasks": [t for t, _ in got],
+                "weight_by_size": agg["weight_by_size"],
+            }
+    return out
+
+
+def group_view(name: str, group: dict, results: dict) -> dict:
+    """lm-eval's `groups` entry of a group with an aggregate_metric_list: alias, name, sample_len,
+    `<metric>,<filter>` and its `_stderr` ("N/A" without one), sample_count."""
+    out: dict = {
+        "alias": group.get("alias") or name,
+        "name": name,
+        "sample_len": sum(sample_len(results[t]) for t in group["tasks"] if t in results),
+    }
+    count: dict[str, int] = {}
+    for cond, metrics in (group.get("results") or {}).items():
+        for metric_name, v in metrics.items():
+            key = f"{METRICS[metric_name].lmeval},{filter_name(cond)}"
+            out[key] = v["value"]
+            out[f"{METRICS[metric_name].lmeval}_stderr,{filter_name(cond)}"] = (
+                "N/A" if v["stderr"] is None else v["stderr"]
+            )
+            count[key] = v["n"]
+    if count:
+        out["sample_count"] = count
     return out
 
 
@@ -88,7 +167,8 @@ def _doc(r: dict) -> dict:
         "id": r["id"],
         "scene_id": r.get("scene_id"),
         "question": r.get("question"),
-        "options": r.get("options") or [],
+        # the row's column as stored, also where a task's choices are something else (doc_options)
+        "options": r.get("doc_options") or r.get("options") or [],
         "answer": r.get("answer"),
         "place": r.get("place"),
     }
@@ -202,11 +282,12 @@ def config_block(doc: dict) -> dict:
         "limit": cfg.get("limit"),
         "bootstrap_iters": cfg.get("bootstrap_iters"),
         "gen_kwargs": cfg.get("gen_kwargs") or None,
-        "random_seed": cfg.get("seed"),
-        "numpy_seed": cfg.get("seed"),
-        "torch_seed": cfg.get("seed"),
+        # the seeds as lm-eval records them (a document from before they were kept apart: its one seed)
+        "random_seed": cfg["random_seed"] if "random_seed" in cfg else cfg.get("seed"),
+        "numpy_seed": cfg["numpy_random_seed"] if "numpy_random_seed" in cfg else cfg.get("seed"),
+        "torch_seed": cfg["torch_random_seed"] if "torch_random_seed" in cfg else cfg.get("seed"),
         "fewshot_seed": cfg["fewshot_random_seed"]
-        if cfg.get("fewshot_random_seed") is not None
+        if cfg.get("fewshot_random_seed") is not None or "numpy_random_seed" in cfg
         else cfg.get("seed"),
     }
     # CASU's run settings after lm-eval's (tasks, task_configs, conditions, scene_hint, ...)
@@ -219,16 +300,28 @@ def view(doc: dict) -> dict:
     model = doc["model"]
     tasks = list(doc["results"])
     per_task = (doc.get("evaluated") or {}).get("per_task") or {}
-    results = {t: task_results(t, c) for t, c in doc["results"].items()}
+    configs = cfg.get("task_configs") or {}
+    results = {t: task_results(t, c, (configs.get(t) or {}).get("alias")) for t, c in doc["results"].items()}
+    # lm-eval's groups: every group in group_subtasks; one with an aggregate_metric_list in `groups`
+    # and, as lm-eval 0.4.13 writes it, in `results` too
+    doc_groups = doc.get("groups") or {}
+    groups = {
+        g: group_view(g, spec, doc["results"])
+        for g, spec in doc_groups.items()
+        if spec.get("aggregate_metric_list")
+    }
     times = doc.get("run_times") or {}
     env = doc.get("env") or {}
     tok = model.get("tokenizer") or {}
     template = model.get("chat_template")
     name = model_name(model)
     out = {
-        "results": results,
-        "groups": {},
-        "group_subtasks": {t: [] for t in tasks},
+        "results": {**results, **groups},
+        "groups": groups,
+        "group_subtasks": {
+            **{t: [] for t in tasks},
+            **{g: list(spec["tasks"]) for g, spec in doc_groups.items()},
+        },
         "configs": {
             t: dict(
                 (cfg.get("task_configs") or {}).get(t) or {},
@@ -237,9 +330,18 @@ def view(doc: dict) -> dict:
             )
             for t in tasks
         },
-        "versions": {t: (cfg.get("task_versions") or {}).get(t) for t in tasks},
-        "n-shot": {t: 0 for t in tasks},  # CASU questions are zero-shot
-        "higher_is_better": {t: {m: higher_is_better(m) for m in _metric_names(results[t])} for t in tasks},
+        "versions": {
+            **{t: (cfg.get("task_versions") or {}).get(t) for t in tasks},
+            **{
+                g: "N/A" if spec.get("version") is None else str(spec["version"])
+                for g, spec in doc_groups.items()
+            },
+        },
+        "n-shot": {**{t: 0 for t in tasks}, **{g: 0 for g in doc_groups}},  # CASU questions are zero-shot
+        "higher_is_better": {
+            **{t: {m: higher_is_better(m) for m in _metric_names(results[t])} for t in tasks},
+            **{g: {m: higher_is_better(m) for m in _metric_names(v)} for g, v in groups.items()},
+        },
         "n-samples": {
             t: {
                 "original": (per_task.get(t) or {}).get("rows"),

@@ -12,7 +12,7 @@ from pathlib import Path
 from casu_dataset import contract
 from casu_dataset.contract import DESCRIPTION_TASK, FULL_CONDITION
 from harness.output.files import checkpoint, run_key
-from harness.output.lmeval import sample_lines, task_hash, view
+from harness.output.lmeval import group_scores, sample_lines, task_hash, view
 from harness.scoring.metrics import MCQ, METRICS, TEXT, Metric
 from harness.scoring.records import as_dict
 
@@ -24,11 +24,17 @@ def mcq_order() -> tuple[str, ...]:
     return contract.mcq_tasks()
 
 
-def short(task: str) -> str:
+def short(task: str, *docs: dict) -> str:
     """A task's column label: the registry's short name, else (a task added with --include_path)
-    its name."""
+    its task_alias as a document recorded it, else its name."""
     spec = contract.registered_task(task)
-    return spec.short if spec is not None else task
+    if spec is not None:
+        return spec.short
+    for d in docs:
+        alias = (((d.get("config") or {}).get("task_configs") or {}).get(task) or {}).get("alias")
+        if alias:
+            return alias
+    return task
 
 
 def task_kind(task: str, *docs: dict) -> str:
@@ -137,11 +143,29 @@ def env_info() -> dict:
     return {"pretty_env_info": text, "upper_git_hash": None}
 
 
+def run_groups(tasks) -> list[dict]:
+    """The lm-eval group files (TaskConfig.lmeval_groups) whose every task is in the run, once each."""
+    names = {t.task for t in tasks}
+    out: dict[str, dict] = {}
+    for t in tasks:
+        for g in t.lmeval_groups or []:
+            if all(m in names for m in g["task"]):
+                out.setdefault(g["group"], g)
+    return list(out.values())
+
+
 def document(
-    ev: dict, model: dict, config: dict, dataset: dict, date: str | None = None, run_times: dict | None = None
+    ev: dict,
+    model: dict,
+    config: dict,
+    dataset: dict,
+    date: str | None = None,
+    run_times: dict | None = None,
+    groups: list[dict] | None = None,
 ) -> dict:
     """Everything but the per-sample logs, in the documented schema. `run_times`: {start, end}
-    UNIX times of the evaluation (lm-eval's date, start_time, end_time)."""
+    UNIX times of the evaluation (lm-eval's date, start_time, end_time); `groups`: the run's lm-eval
+    group files (run_groups), scored as lm-eval scores a group (lmeval.group_scores)."""
     status = "errors" if ev["errors"] else "ok"
     hashes = {
         t: task_hash(sample_lines(t, recs, (ev.get("generation") or {}).get(t)))
@@ -159,6 +183,19 @@ def document(
         "scoring": ev["scoring"],
         "audio_probe": ev["audio_probe"],
         "results": ev["results"],
+        # lm-eval's groups of the run: tasks, alias, aggregate_metric_list and the group score per
+        # condition (empty without an aggregate_metric_list)
+        "groups": {
+            g["group"]: {
+                "alias": g.get("alias"),
+                "tasks": list(g["task"]),
+                "file": g.get("file"),
+                "version": g.get("version"),
+                "aggregate_metric_list": g.get("aggregate_metric_list") or [],
+                "results": group_scores(g, ev["results"]),
+            }
+            for g in groups or []
+        },
         "n_samples": {t: next(iter(c.values()))["n"] if c else 0 for t, c in ev["results"].items()},
         "evaluated": ev["evaluated"],
         "status": status,
@@ -181,6 +218,11 @@ def _pct(m: dict | None) -> str:
 def _columns(kind: str) -> list:
     """The registered metrics of a task kind that have a table column, in registry order."""
     return [m for m in METRICS.values() if kind in m.kinds and m.label]
+
+
+def _description_columns() -> list:
+    """Table 1's scene-description block: the free-text metrics with a column there."""
+    return [m for m in _columns(TEXT) if m.description_column]
 
 
 def _acc_fam(m: dict | None) -> str:
@@ -218,7 +260,7 @@ def _table1_row(doc: dict, full: str = FULL_CONDITION, mark: str = "", others: t
     r = doc["results"]
     sd = r.get(DESCRIPTION_TASK, {}).get(full, {})
     name = display_name(doc) + (" (hint)" if doc["config"].get("scene_hint") else "") + mark
-    cells = [name, *(m.cell(sd.get(m.name)) for m in _columns(TEXT))]
+    cells = [name, *(m.cell(sd.get(m.name)) for m in _description_columns())]
     limited = bool(doc.get("config", {}).get("limit"))
     mcq, text = [*mcq_order(), *others[0]], others[1]
     cells += [
@@ -239,9 +281,9 @@ def table1(*docs: dict, full: str = FULL_CONDITION) -> str:
     others = (other_tasks(MCQ, *docs), _text_columns(*docs))
     heads = [
         "Model",
-        *(m.label for m in _columns(TEXT)),
-        *(short(t) + (" acc / fam" if fam else "") for t in (*mcq_order(), *others[0])),
-        *(f"{t} {m.label}" for t, m in others[1]),
+        *(m.label for m in _description_columns()),
+        *(short(t, *docs) + (" acc / fam" if fam else "") for t in (*mcq_order(), *others[0])),
+        *(f"{short(t, *docs)} {m.label}" for t, m in others[1]),
     ]
     head = "| " + " | ".join(heads) + " |"
     sep = "|" + "---|" * len(heads)

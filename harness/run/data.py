@@ -33,10 +33,12 @@ METRIC_COLUMNS = {"event_match": "event_descriptions", "one_minus_wer": "turns"}
 
 
 class CasuData:
-    def __init__(self, source: str | Path, seed: int = 0, full_check: bool = False):
+    def __init__(self, source: str | Path, seed: int = 0, full_check: bool = False, flag: str = "--dataset"):
         """`full_check`: every file of a built folder hashed against its build record before use
-        (--check_integrity); else sizes at once and each file's sha256 as it is read."""
+        (--check_integrity); else sizes at once and each file's sha256 as it is read. `flag`: what
+        named the dataset, first in every error (`--dataset`, or `dataset_path (FILE)`)."""
         self.source = str(source)
+        self.flag = flag
         self.seed = seed
         self.dataset = BuiltDataset(source, full=full_check)
         self._tables: dict[tuple[str, str], Table] = {}
@@ -64,7 +66,7 @@ class CasuData:
         try:
             return read()
         except LoadError as err:  # the reader names the folder or repo; the harness names its flag
-            raise LoadError(f"--dataset {err}") from None
+            raise LoadError(f"{self.flag} {err}") from None
 
     def check(self, task) -> None:
         """Fail before any model runs if the task's config lacks a column the task reads."""
@@ -90,9 +92,12 @@ class CasuData:
             try:
                 options, _, _ = item(task, row)
                 task_prompt(task, row, options, row.place)
+                if task.output_type == "multiple_choice" and len(row.options or []) > 1:
+                    options, _, _ = item(task, row, 1)  # a rotated row (--circular) renders too
+                    task_prompt(task, row, options, row.place, 1)
             except LmEvalYamlError as err:
                 raise LoadError(
-                    f"--dataset {self.source}: task {task.task!r}, row {row.id!r} of config "
+                    f"{self.flag} {self.source}: task {task.task!r}, row {row.id!r} of config "
                     f"{task.dataset_config!r}: {err}"
                 ) from None
 
@@ -106,7 +111,7 @@ class CasuData:
         empty = [t for t in tasks if not self.table(t.dataset_config, t.split).num_rows]
         if empty and len(empty) == len(tasks):
             raise LoadError(
-                f"--dataset {self.source}: "
+                f"{self.flag} {self.source}: "
                 + "; ".join(f"config {t.dataset_config!r} split {t.split!r} has no rows" for t in empty)
                 + f": task(s) {', '.join(t.task for t in empty)} would evaluate nothing"
             )
@@ -115,7 +120,7 @@ class CasuData:
                 continue
             self._warned.add((t.dataset_config, t.split))
             print(
-                f"warning: --dataset {self.source}: config {t.dataset_config!r} split {t.split!r} has no "
+                f"warning: {self.flag} {self.source}: config {t.dataset_config!r} split {t.split!r} has no "
                 f"rows: task {t.task!r} scores nothing (reported with n = 0)",
                 file=sys.stderr,
             )
@@ -128,7 +133,7 @@ class CasuData:
         lost = sorted({s.scene_id for s in samples} - set(have))
         if lost:
             raise LoadError(
-                f"--dataset {self.source}: config 'scenes': no row for scene(s) {lost[:5]}"
+                f"{self.flag} {self.source}: config 'scenes': no row for scene(s) {lost[:5]}"
                 f"{' ...' if len(lost) > 5 else ''} that questions use"
             )
 
@@ -172,7 +177,7 @@ class CasuData:
             sc = self._scenes.get(sample.scene_id)
             if sc is None:
                 raise LoadError(
-                    f"--dataset {self.source}: scene {sample.scene_id!r} has no stems in 'scenes'"
+                    f"{self.flag} {self.source}: scene {sample.scene_id!r} has no stems in 'scenes'"
                 )
             stems = {
                 k: decode_bytes(sc.stem(k), f"{sample.scene_id} {k} stem")
@@ -180,7 +185,7 @@ class CasuData:
             }
             try:
                 ann = SceneAnnotation.parse(
-                    sc.annotation, f"--dataset {self.source}: scene {sample.scene_id!r} annotation"
+                    sc.annotation, f"{self.flag} {self.source}: scene {sample.scene_id!r} annotation"
                 )
             except AnnotationError as err:
                 raise LoadError(str(err)) from None

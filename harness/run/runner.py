@@ -30,7 +30,7 @@ from harness.run.data import CasuData
 from harness.scoring.parsing import LETTERS, parse_choice
 from harness.scoring.records import ScoredRecord
 from harness.task.config import TaskConfig
-from harness.task.prompts import item, rotate, task_prompt
+from harness.task.prompts import item, rotations, row_doc, task_prompt
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
 
@@ -116,15 +116,18 @@ def make_units(
     system: str | None = None,
 ) -> list[Unit]:
     mode = choose_mode(task, adapter, scoring)
-    mcq = task.output_type == "multiple_choice"
     settings = settings_for(task).to_dict()
     units = []
     for s in samples:
-        options, answer, reference = item(task, s)
+        # each rotation of the row (--circular): its options, key, reference and prompt
+        asked = []
+        for r in range(rotations(task, s, circular)):
+            opts, ans, reference = item(task, s, r)
+            asked.append(
+                (r, opts, ans, reference, task_prompt(task, s, opts, s.place if scene_hint else None, r))
+            )
         for c in conditions:
-            for r in range(len(options)) if (circular and mcq) else [0]:
-                opts, ans = rotate(options, answer, r) if mcq else ([], "")
-                prompt = task_prompt(task, s, opts, s.place if scene_hint else None)
+            for r, opts, ans, reference, prompt in asked:
                 u = Unit(task, s, c, r, mode, prompt, opts, ans, system=system, reference=reference)
                 # the system instruction and stop strings join the key only when given, so earlier
                 # keys stay valid
@@ -402,6 +405,14 @@ def score_unit(u: Unit, res: dict, judge=None) -> ScoredRecord:
     if s.family_id:
         rec.family_id, rec.variant = s.family_id, s.variant
         rec.family_shape, rec.slot_kind = s.family_shape, s.slot_kind
+    if (
+        mcq
+        and u.task.is_lmeval_style
+        and list(row_doc(s, u.rotation).get("options") or []) != list(u.options)
+    ):
+        # the choices are not the row's options (e.g. mmlu's letters): the row's column, as stored,
+        # for lm-eval's `doc` (output/lmeval.py)
+        rec["doc_options"] = list(s.options or [])
     if "error" in res:
         rec.error, rec.correct, rec.parsed, rec.method = res["error"], False, None, "error"
         return rec

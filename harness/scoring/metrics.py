@@ -420,6 +420,9 @@ class Metric:
     label: str | None = None  # its table column (None: no column)
     percent: bool = True  # shown x100 (a 0-1 share) or as is (e.g. BLEU-4, already 0-100)
     with_ci: bool = False  # shown with its 95% interval in the per-task table
+    # a column of table 1's scene-description block (the paper's); False: a column only beside the
+    # other free-text tasks that list it
+    description_column: bool = True
 
     def cell(self, m: dict | None) -> str:
         """How a result of this metric is shown in a table."""
@@ -551,6 +554,23 @@ def _one_minus_wer(s: Scored) -> dict | None:
     return mean_with_ci(vals, seed=s.context.seed)
 
 
+def exact_match(response: str | None, reference: str | None) -> float:
+    """lm-eval's exact_match with its default options (no ignore_case, ignore_punctuation,
+    ignore_numbers or regexes_to_ignore): 1.0 when the response, stripped of surrounding
+    whitespace, equals the target, else 0.0."""
+    return float((response or "").strip() == (reference or ""))
+
+
+def _exact_match(s: Scored) -> dict | None:
+    if not s.ok:
+        return None
+    vals = []
+    for r in s.ok:
+        r["exact_match"] = exact_match(r["response"], r["reference"])
+        vals.append(r["exact_match"])
+    return mean_with_ci(vals, seed=s.context.seed)
+
+
 # Registration order is the order of results, lm-eval's results and table columns.
 register_metric(
     Metric("accuracy", (MCQ,), _accuracy, always=True, lmeval="acc", label="Accuracy (95% CI)", with_ci=True)
@@ -620,5 +640,16 @@ register_metric(
         sample_key="one_minus_wer",
         label="1 - WER",
         percent=False,
+    )
+)
+register_metric(
+    Metric(
+        "exact_match",
+        (TEXT,),
+        _exact_match,
+        lmeval="exact_match",
+        sample_key="exact_match",
+        label="Exact match",
+        description_column=False,
     )
 )

@@ -24,7 +24,13 @@ from casu_dataset import contract
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
 from harness.scoring.metrics import listable
-from harness.task.lmeval_yaml import LmEvalYamlError, is_group, is_lmeval_task, to_task_config
+from harness.task.lmeval_yaml import (
+    LmEvalYamlError,
+    is_group,
+    is_lmeval_task,
+    read_yaml,
+    to_task_config,
+)
 
 TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
@@ -107,7 +113,15 @@ class TaskConfig(BaseModel):
     doc_to_text: str | None = None
     doc_to_choice: str | list[str] | None = None
     doc_to_target: str | int | None = None
-    lmeval_source: dict | None = None  # lm-eval keys recorded but not read (dataset_path, ...)
+    lmeval_source: dict | None = None  # lm-eval keys recorded but not read (fewshot_config, ...)
+    alias: str | None = None  # lm-eval's task_alias: the name tables and lm-eval's results show
+    # lm-eval's dataset_path: the dataset this task names (a built folder or a Hub repo id);
+    # --dataset overrides it, and a run reads one dataset (api.resolve_dataset)
+    dataset_path: str | None = None
+    # Not part of the YAML: the file it came from (every error names it) and the lm-eval group
+    # files that list it with an aggregate_metric_list (a group score over its member tasks).
+    source_file: str | None = Field(None, exclude=True)
+    lmeval_groups: list[dict] | None = Field(None, exclude=True)
 
     @field_validator("metrics")
     @classmethod
@@ -204,17 +218,20 @@ class TaskConfig(BaseModel):
 def load_task(path: str | Path) -> TaskConfig:
     path = Path(path)
     try:
-        data = strict_yaml.safe_load(path.read_text(), path)
+        data = read_yaml(path)
+    except LmEvalYamlError as err:  # a `!function` tag (a Python hook) or bad YAML: one line
+        raise TaskConfigError(f"{path}: {err}") from None
     except OSError as err:
         raise TaskConfigError(f"{path}: cannot read it ({err.strerror})") from None
     except UnicodeDecodeError as err:
         raise TaskConfigError(
             f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8"
         ) from None
-    except yaml.YAMLError as err:
-        raise TaskConfigError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
         raise TaskConfigError(f"{path}: expected a mapping at the top level")
+    inner = sorted({"source_file", "lmeval_groups"} & set(data))
+    if inner:
+        raise TaskConfigError(f"{path}: unknown key(s) {inner}")
     lmeval = is_lmeval_task(data)
     if lmeval:
         try:
@@ -228,7 +245,7 @@ def load_task(path: str | Path) -> TaskConfig:
         raise TaskConfigError(f"{path}: {msgs}") from None
     if not lmeval and cfg.task != path.stem:  # lm-eval names a task in the file, not by its name
         raise TaskConfigError(f"{path}: task: {cfg.task!r} must match the file name {path.stem!r}")
-    return cfg
+    return cfg.model_copy(update={"source_file": str(path)})
 
 
 def load_tasks(
@@ -240,7 +257,7 @@ def load_tasks(
     With `skipped` (a list), a file that fails validation is left out and its error appended,
     so the other tasks still run (lm-eval's habit); without it the first error is raised."""
     out: dict[str, TaskConfig] = {}
-    groups: list[tuple[Path, str, list]] = []
+    groups: list[dict] = []
     for d in dirs or [builtin_tasks_dir()]:
         d = Path(d)
         if not d.is_dir():
@@ -248,10 +265,10 @@ def load_tasks(
         for f in strict_yaml.yaml_files(d):
             try:
                 group = _group_file(f)
-                if group == TEMPLATE:
+                if isinstance(group, _Template):
                     continue  # an lm-eval template: read only through another file's include:
                 if group is not None:
-                    groups.append((f, *group))
+                    groups.append(group)
                     continue
                 cfg = load_task(f)
                 if cfg.task in out:
@@ -262,24 +279,39 @@ def load_tasks(
                 skipped.append(err)
                 continue
             out[cfg.task] = cfg
-    for f, name, members in groups:
-        for m in members:
-            if m in out:
-                out[m] = out[m].model_copy(update={"tags": [*out[m].tags, name]})
-            else:
-                missing = TaskConfigError(f"{f}: group {name!r} lists {m!r}, which is no task here")
-                if skipped is None:
-                    raise missing
-                skipped.append(missing)
+    for g in groups:
+        missing = [m for m in g["task"] if m not in out]
+        for m in g["task"]:
+            if m in out:  # a group with a task missing tags the others, and has no group score
+                update: dict = {"tags": [*out[m].tags, g["group"]]}
+                if not missing:
+                    update["lmeval_groups"] = [*(out[m].lmeval_groups or []), g]
+                if g["aliases"].get(m):
+                    update["alias"] = g["aliases"][m]
+                out[m] = out[m].model_copy(update=update)
+        if missing:
+            incomplete = TaskConfigError(
+                f"{g['file']}: group {g['group']!r} lists {missing[0]!r}, which is no task here"
+            )
+            if skipped is None:
+                raise incomplete
+            skipped.append(incomplete)
     return out
 
 
-TEMPLATE: tuple[str, list] = ("", [])  # _group_file's answer for an lm-eval template (no task of its own)
+class _Template:
+    """_group_file's answer for an lm-eval template (no task of its own)."""
 
 
-def _group_file(path: Path) -> tuple[str, list] | None:
-    """(group name, member task names) of an lm-eval group file, TEMPLATE for an lm-eval-style
-    file without `task:` (a base other files include), else None (a task file)."""
+TEMPLATE = _Template()
+GROUP_KEYS = {"group", "group_alias", "task", "aggregate_metric_list", "metadata"}
+AGG_KEYS = {"metric", "aggregation", "weight_by_size", "filter_list"}
+
+
+def _group_file(path: Path) -> dict | _Template | None:
+    """An lm-eval group file's spec ({group, alias, task: member names, aliases, aggregate_metric_list,
+    version, file}), TEMPLATE for an lm-eval-style file without `task:` (a base other files
+    include), else None (a task file)."""
     try:
         data = strict_yaml.safe_load(path.read_text(encoding="utf-8"), path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -288,10 +320,102 @@ def _group_file(path: Path) -> tuple[str, list] | None:
         return TEMPLATE
     if not isinstance(data, dict) or not is_group(data):
         return None
-    names = [t if isinstance(t, str) else (t or {}).get("task") for t in data["task"]]
-    if not all(isinstance(n, str) for n in names) or not isinstance(data["group"], str):
-        raise TaskConfigError(f"{path}: group: a name, and task: a list of task names")
-    return data["group"], names
+    try:
+        return _group_spec(data, path)
+    except LmEvalYamlError as err:
+        raise TaskConfigError(f"{path}: {err}") from None
+
+
+def _group_spec(data: dict, path: Path) -> dict:
+    """lm-eval's GroupConfig, checked: `group`, `group_alias`, `task` (names, or {task, task_alias}),
+    `aggregate_metric_list` ({metric, aggregation: mean, weight_by_size, filter_list}), `metadata`."""
+    from harness.scoring.metrics import METRICS
+
+    unknown = sorted(set(data) - GROUP_KEYS)
+    if unknown:
+        raise LmEvalYamlError(
+            f"unknown key(s) {unknown} for a group file; keys: {', '.join(sorted(GROUP_KEYS))}"
+        )
+    if not isinstance(data["group"], str) or not data["group"].strip():
+        raise LmEvalYamlError("group: a name, and task: a list of task names")
+    names: list[str] = []
+    aliases: dict[str, str] = {}
+    for i, t in enumerate(data["task"]):
+        if isinstance(t, dict):
+            extra = sorted(set(t) - {"task", "task_alias"})
+            if extra or not isinstance(t.get("task"), str):
+                raise LmEvalYamlError(
+                    f"task[{i}]: a task name or {{task: NAME, task_alias: SHOWN}}"
+                    + (f" (CASU does not override {extra} in a group)" if extra else "")
+                )
+            if t.get("task_alias") is not None:
+                aliases[t["task"]] = str(t["task_alias"])
+            t = t["task"]
+        if not isinstance(t, str):
+            raise LmEvalYamlError(f"task[{i}]: a task name, got {t!r}")
+        names.append(t)
+    alias = data.get("group_alias")
+    if alias is not None and not isinstance(alias, str):
+        raise LmEvalYamlError(f"group_alias: a name, got {alias!r}")
+    agg = data.get("aggregate_metric_list")
+    if isinstance(agg, dict):
+        agg = [agg]
+    if agg is not None and not isinstance(agg, list):
+        raise LmEvalYamlError(
+            "aggregate_metric_list: a list of {metric: NAME, aggregation: mean, weight_by_size: true}"
+        )
+    lm_names = {m.lmeval: m.lmeval for m in METRICS.values() if m.lmeval}
+    lm_names.update({m.name: m.lmeval for m in METRICS.values() if m.lmeval})
+    entries = []
+    for i, e in enumerate(agg or []):
+        where = f"aggregate_metric_list[{i}]"
+        if not isinstance(e, dict) or not isinstance(e.get("metric"), str):
+            raise LmEvalYamlError(f"{where}: give `metric: NAME`")
+        extra = sorted(set(e) - AGG_KEYS)
+        if extra:
+            raise LmEvalYamlError(
+                f"{where} ({e['metric']}): unknown key(s) {extra}; keys: {', '.join(sorted(AGG_KEYS))}"
+            )
+        if e["metric"] not in lm_names:
+            raise LmEvalYamlError(
+                f"{where}: {e['metric']!r} is not a metric in lm-eval's results; known: "
+                + ", ".join(sorted(set(lm_names.values())))
+            )
+        if e.get("aggregation", "mean") != "mean":
+            raise LmEvalYamlError(
+                f"{where} ({e['metric']}): aggregation {e['aggregation']!r}: lm-eval's only aggregation "
+                "is mean"
+            )
+        weight = e.get("weight_by_size", True)
+        if not isinstance(weight, bool):
+            raise LmEvalYamlError(f"{where} ({e['metric']}): weight_by_size: true or false, got {weight!r}")
+        filters = e.get("filter_list")
+        if isinstance(filters, str):
+            filters = [filters]
+        if filters is not None and not (
+            isinstance(filters, list) and all(isinstance(x, str) for x in filters)
+        ):
+            raise LmEvalYamlError(f"{where} ({e['metric']}): filter_list: a filter name or a list of them")
+        entries.append(
+            {
+                "metric": lm_names[e["metric"]],
+                "aggregation": "mean",
+                "weight_by_size": weight,
+                "filter_list": filters,
+            }
+        )
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise LmEvalYamlError("metadata: a mapping (e.g. `version: 1`)")
+    return {
+        "group": data["group"],
+        "alias": alias,
+        "task": names,
+        "aliases": aliases,
+        "aggregate_metric_list": entries,
+        "version": metadata.get("version"),
+        "file": str(path),
+    }
 
 
 def with_builtins(include_path: list[str | Path] | None) -> list[Path]:
@@ -341,3 +465,36 @@ def apply_gen_kwargs(tasks: list, kw: dict) -> list:
             raise ValueError(f"--gen_kwargs {where}: {e['msg']} (task {t.task})") from None
         out.append(t.model_copy(update={"generation": gen}))
     return out
+
+
+DEFAULT_DATASET = "casu_mini"
+
+
+def dataset_of(tasks: list[TaskConfig], given: str | None) -> tuple[str, str]:
+    """(the dataset a run reads, what named it) for `tasks`: `--dataset` when given (it overrides
+    every task's dataset_path), else the one dataset_path the tasks name (a built folder, relative
+    to the current folder as lm-eval's load_dataset reads it, or a Hub repo id; tasks without one
+    read it too), else casu_mini. A run reads one dataset: tasks naming different ones are an error
+    naming both files."""
+    if given is not None:
+        return given, "--dataset"
+    import os
+
+    named: dict[str, TaskConfig] = {}
+    for t in tasks:
+        if t.dataset_path is None:
+            continue
+        p = os.path.expanduser(t.dataset_path)
+        key = os.path.realpath(p) if os.path.exists(p) else t.dataset_path
+        named.setdefault(key, t)
+    if len(named) > 1:
+        (a, b) = list(named.values())[:2]
+        raise TaskConfigError(
+            f"{a.source_file}: dataset_path {a.dataset_path!r} and {b.source_file}: dataset_path "
+            f"{b.dataset_path!r}: a run reads one dataset; give --dataset (it overrides dataset_path) or "
+            "run these tasks apart"
+        )
+    if named:
+        t = next(iter(named.values()))
+        return str(t.dataset_path), f"dataset_path ({t.source_file})"
+    return DEFAULT_DATASET, "--dataset"

@@ -2,9 +2,12 @@
 Jinja `doc_to_text` / `doc_to_choice` / `doc_to_target` over a row's columns, `metric_list` with
 CASU's registered metrics, `generation_kwargs`, `group` / `tag`, `dataset_name` / `test_split`.
 
-The rows come from the CASU dataset of the run (`--dataset`), so `dataset_path` is not read; a
-file that names one is accepted and the path recorded. The Jinja templates run in a sandbox with
-undefined names as errors, so a column the dataset lacks is named before any model loads."""
+`dataset_path` names the dataset (a built CASU folder or a Hub repo); `--dataset` overrides it,
+and a run reads one dataset (harness/api.py). The templates see the row as stored, plus `hint`
+(and `choices`, the row's `options` under mmlu's column name, when the row has no `choices`):
+`doc_to_choice` never replaces a column. The Jinja templates run in a sandbox with undefined
+names as errors, so a column the dataset lacks is named before any model loads. `!function`
+(a Python hook) is refused in one line naming the file: CASU runs no Python from task YAML."""
 
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ LMEVAL_KEYS = frozenset(
         "process_docs",
         "filter_list",
         "repeats",
+        "task_alias",
+        "fewshot_config",
     }
 )
 # lm-eval keys CASU cannot honour, with the reason (a file using them fails with it).
@@ -52,7 +57,8 @@ REFUSED = {
     "fewshot_split": "CASU tasks are zero-shot",
     "training_split": "CASU tasks are zero-shot",
 }
-IGNORED = {"dataset_path", "should_decontaminate", "target_delimiter", "fewshot_delimiter"}
+# Accepted and recorded (lmeval_source), changing nothing: fewshot_config only with zero shots.
+IGNORED = {"should_decontaminate", "target_delimiter", "fewshot_delimiter", "fewshot_config"}
 OUTPUT_TYPES = ("multiple_choice", "generate_until")
 
 
@@ -72,25 +78,60 @@ def is_group(data: dict) -> bool:
     return "group" in data and isinstance(data.get("task"), list)
 
 
+FUNCTION_WHY = (
+    "`!function` names a Python hook; CASU does not run Python code from task YAML: write it as a "
+    "Jinja template over the row's columns (doc_to_text, doc_to_choice, doc_to_target) or drop the key"
+)
+
+
+def python_hook(err: Exception, text: str) -> str | None:
+    """The one-line reason for a YAML error raised by a `!function` tag (None for other errors):
+    the line and what it says, and why CASU refuses it."""
+    import yaml
+
+    problem = getattr(err, "problem", "") or ""
+    if not isinstance(err, yaml.constructor.ConstructorError) or "!function" not in problem:
+        return None
+    mark = getattr(err, "problem_mark", None)
+    if mark is None:
+        return FUNCTION_WHY
+    lines = text.splitlines()
+    shown = lines[mark.line].strip() if mark.line < len(lines) else ""
+    return f"line {mark.line + 1} ({shown!r}): {FUNCTION_WHY}"
+
+
+def read_yaml(path: Path):
+    """A task file's YAML (strict keys); a `!function` tag or bad YAML is one LmEvalYamlError line
+    (the caller adds the file name). OSError and UnicodeDecodeError pass through."""
+    import yaml
+
+    from casu_dataset.core import strict_yaml
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        return strict_yaml.safe_load(text, path)
+    except yaml.YAMLError as err:
+        why = python_hook(err, text)
+        raise LmEvalYamlError(why or f"not valid YAML ({' '.join(str(err).split())})") from None
+
+
 def with_includes(data: dict, path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """`include: other.yaml` (relative to this file) resolved: the included mapping, then this
     file's keys over it, recursively; a cycle or a missing file is an error."""
     inc = data.get("include")
     if inc is None:
         return dict(data)
-    from casu_dataset.core import strict_yaml
-
     if not isinstance(inc, str):
         raise LmEvalYamlError(f"include: a file name, got {type(inc).__name__}")
     target = (path.parent / inc).resolve()
     if target in seen or target == path.resolve():
         raise LmEvalYamlError(f"include: {inc} includes itself (through {', '.join(p.name for p in seen)})")
     try:
-        parent = strict_yaml.safe_load(target.read_text(encoding="utf-8"), target)
+        parent = read_yaml(target)
     except FileNotFoundError:
         raise LmEvalYamlError(f"include: {inc}: no such file beside {path.name}") from None
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise LmEvalYamlError(f"include: {inc}: {err}") from None
+        raise LmEvalYamlError(f"include: {inc} ({target}): {err}") from None
     if not isinstance(parent, dict):
         raise LmEvalYamlError(f"include: {inc}: not a mapping")
     merged = with_includes(parent, target, (*seen, path.resolve()))
@@ -127,7 +168,14 @@ def _metrics(metric_list, output_type: str) -> list[str]:
         if isinstance(entry, dict):
             extra = sorted(set(entry) - {"metric", "aggregation", "higher_is_better"})
             if extra:
-                raise LmEvalYamlError(f"metric_list[{i}] ({name}): unknown key(s) {extra}")
+                raise LmEvalYamlError(
+                    f"metric_list[{i}] ({name}): unknown key(s) {extra}"
+                    + (
+                        "; CASU's exact_match is lm-eval's with its default options"
+                        if m.name == "exact_match"
+                        else ""
+                    )
+                )
             if entry.get("higher_is_better") is False:
                 raise LmEvalYamlError(f"metric_list[{i}] ({name}): CASU's {m.name} is higher-is-better")
         if m.name not in out:
@@ -192,8 +240,22 @@ def to_task_config(data: dict, path: Path) -> dict:
             check_template(d[key], key)
     # lm-eval's `description` is text put before every prompt
     prefix = str(d.get("description") or "")
+    alias = d.get("task_alias")
+    if alias is not None and (not isinstance(alias, str) or not alias.strip()):
+        raise LmEvalYamlError(f"task_alias: a name to show for the task, got {alias!r}")
+    dataset_path = d.get("dataset_path")
+    if dataset_path is not None and (not isinstance(dataset_path, str) or not dataset_path.strip()):
+        raise LmEvalYamlError(
+            f"dataset_path: a built CASU dataset folder or a Hub repo id, got {dataset_path!r}"
+        )
+    if d.get("fewshot_config") is not None and not isinstance(d["fewshot_config"], dict):
+        raise LmEvalYamlError(
+            "fewshot_config: a mapping (read only with num_fewshot > 0, which CASU refuses)"
+        )
     out: dict[str, Any] = {
         "task": d.get("task"),
+        "alias": alias,
+        "dataset_path": dataset_path,
         "version": version,
         "description": "",
         "tags": [*_as_list(d.get("tag")), *_as_list(d.get("group"))],

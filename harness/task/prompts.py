@@ -36,19 +36,54 @@ def build_prompt(
     )
 
 
-def row_doc(row) -> dict:
-    """A dataset row as lm-eval's `doc`: every column by name (the audio aside)."""
+def row_doc(row, rotation: int = 0) -> dict:
+    """A dataset row as lm-eval's `doc`: every column by name (the audio aside), as stored. Under
+    --circular, rotation r is the row as if it had been stored with its options shifted r places:
+    `options` rotated and `answer` (the key's letter) moved with its option; no other column
+    changes."""
     doc = {f.name: getattr(row, f.name) for f in dataclasses.fields(row) if f.name not in ("audio", "extra")}
     doc.update(row.extra or {})
+    answer, options = doc.get("answer"), doc.get("options")
+    if (
+        rotation
+        and options
+        and isinstance(answer, str)
+        and len(answer) == 1
+        and answer in LETTERS[: len(options)]
+    ):
+        doc["options"], doc["answer"] = rotate(list(options), answer, rotation)
     return doc
 
 
-def item(task, row) -> tuple[list[str], str, str | None]:
-    """(options, key letter, reference) of one row for `task`: the row's own, or those its
-    lm-eval-style templates give (doc_to_choice, doc_to_target). LmEvalYamlError names the field."""
+def template_doc(row, rotation: int = 0, place: str | None = None) -> dict:
+    """What an lm-eval-style task's templates see: the row (row_doc), plus two documented extras
+    that never hide a column of that name: `hint` (the scene hint with --scene_hint, else "") and
+    `choices` (the row's `options` under the column name of lm-eval's mmlu template)."""
+    doc = row_doc(row, rotation)
+    doc.setdefault("hint", scene_hint(place) if place else "")
+    if "options" in doc:
+        doc.setdefault("choices", doc["options"])
+    return doc
+
+
+def rotations(task, row, circular: bool) -> int:
+    """How many requests a row is asked as: one, or under --circular one per place its options
+    can shift to (the row's options; for a CASU task, those it offers)."""
+    if not circular or task.output_type != "multiple_choice":
+        return 1
+    return max(1, len(row.options or []))
+
+
+def item(task, row, rotation: int = 0) -> tuple[list[str], str, str | None]:
+    """(options, key letter, reference) of one row for `task`, as asked at `rotation`: the row's own
+    options rotated, or those its lm-eval-style templates give over the rotated row (doc_to_choice,
+    doc_to_target). LmEvalYamlError names the field."""
     if not task.is_lmeval_style:
-        return list(row.options), row.answer, None
-    doc = row_doc(row)
+        if task.output_type != "multiple_choice":
+            return [], "", None
+        opts, key = rotate(list(row.options), row.answer, rotation)
+        return opts, key, None
+    doc = template_doc(row, rotation)
     if task.output_type != "multiple_choice":
         ref = None
         if task.doc_to_target is not None:
@@ -60,13 +95,9 @@ def item(task, row) -> tuple[list[str], str, str | None]:
     return opts, lmeval_yaml.target_letter(task.doc_to_target, doc, opts), None
 
 
-def task_prompt(task, row, options: list[str], place: str | None = None) -> str:
-    """The prompt of one request: CASU's template, or the task's doc_to_text over the row's columns
-    with `options` / `choices` (as asked: rotated under --circular) and `hint` (the scene hint)."""
+def task_prompt(task, row, options: list[str], place: str | None = None, rotation: int = 0) -> str:
+    """The prompt of one request: CASU's template with `options` (as asked), or the task's
+    doc_to_text over the row at `rotation` (template_doc: the row's columns, `hint`, `choices`)."""
     if not task.is_lmeval_style:
         return build_prompt(task.prompt_template, row.question, options, place)
-    doc = row_doc(row)
-    if task.output_type == "multiple_choice":
-        doc.update(options=options, choices=options)
-    doc["hint"] = scene_hint(place) if place else ""
-    return lmeval_yaml.render(task.doc_to_text, doc, "doc_to_text")
+    return lmeval_yaml.render(task.doc_to_text, template_doc(row, rotation, place), "doc_to_text")
