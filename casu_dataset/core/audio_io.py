@@ -67,26 +67,30 @@ def _check_wav_length(path: Path) -> None:
     would be 1 s. Streaming writers' placeholders (0, 0xFFFFFFFF) are left to libsndfile."""
     try:
         with open(path, "rb") as f:
-            head = f.read(12)
-            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-                return
-            size = path.stat().st_size
-            while True:
-                chunk = f.read(8)
-                if len(chunk) < 8:
-                    return
-                cid, n = chunk[:4], struct.unpack("<I", chunk[4:])[0]
-                if cid == b"data":
-                    held = size - f.tell()
-                    if n not in (0, 0xFFFFFFFF) and n > held:
-                        raise AudioError(
-                            f"{path}: the WAV header claims {n:,} bytes of audio but the file holds "
-                            f"{held:,}: cut short or a damaged header"
-                        )
-                    return
-                f.seek(n + (n & 1), 1)  # chunks are padded to an even size
+            _check_wav_claim(f, path.stat().st_size, str(path))
     except OSError as err:
         raise AudioError(f"{path}: unreadable ({err.strerror or err})") from None
+
+
+def _check_wav_claim(f, size: int, name: str) -> None:
+    """`_check_wav_length` over an open binary file of `size` bytes (a file, or bytes in memory)."""
+    head = f.read(12)
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return
+    while True:
+        chunk = f.read(8)
+        if len(chunk) < 8:
+            return
+        cid, n = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+        if cid == b"data":
+            held = size - f.tell()
+            if n not in (0, 0xFFFFFFFF) and n > held:
+                raise AudioError(
+                    f"{name}: the WAV header claims {n:,} bytes of audio but the file holds "
+                    f"{held:,}: cut short or a damaged header"
+                )
+            return
+        f.seek(n + (n & 1), 1)  # chunks are padded to an even size
 
 
 def load_audio(path: str | Path, sr: int = SAMPLE_RATE) -> np.ndarray:
@@ -107,6 +111,7 @@ def decode_bytes(
 ) -> np.ndarray:
     """Decoded, checked mono float32 at `sr`. `stop`: only the first `stop` frames of the file
     (decoding stops there; a FLAC seek to a later start costs more than decoding up to it)."""
+    _check_wav_claim(io.BytesIO(blob), len(blob), name)  # a WAV in the bytes: its header, as for a file
     try:
         data, file_sr = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True, stop=stop)
     except (sf.LibsndfileError, RuntimeError, ValueError) as err:

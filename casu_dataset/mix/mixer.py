@@ -639,6 +639,39 @@ def _check_plan(ann: dict, cfg: MixConfig, where: str) -> None:
                 finite(f"gains.{layer}.sources[{i}]", v)
     if gains.get("clip_gain_forced") or "clip_gain" in gains:
         finite("gains.clip_gain", gains.get("clip_gain"), positive=True)
+    _check_described_times(ann, n, cfg.sample_rate, where, finite)
+
+
+def _check_described_times(ann: dict, n: int, sr: int, where: str, finite) -> None:
+    """The times the annotation states for a reader (seconds, sample counts beside the plan) agree
+    with the plan it renders from: an edited number there (a NaN onset, a length of 1e12) would
+    otherwise describe a scene other than the one regenerated."""
+
+    def same(name: str, v, want) -> None:
+        if v != want:
+            raise AnnotationError(f"{where}: {name}: {v!r} disagrees with the plan ({want!r})")
+
+    def seconds(name: str, v, samples: int) -> None:
+        finite(name, v)
+        if abs(v * sr - samples) > 1.0:  # the plan's samples are these seconds rounded
+            raise AnnotationError(
+                f"{where}: {name}: {v!r} s disagrees with the plan ({samples} samples at {sr} Hz)"
+            )
+
+    plan = ann["plan"]
+    same("num_samples", ann.get("num_samples"), n)
+    seconds("duration", ann.get("duration"), n)
+    seconds("plan.duration", plan.get("duration"), n)
+    for key in ("turns", "events"):
+        for i, (e, p) in enumerate(zip(ann[key], plan[key])):
+            for name, v in (("onset", e.get("onset")), ("offset", e.get("offset"))):
+                finite(f"{key}[{i}].{name}", v)
+                finite(f"plan.{key}[{i}].{name}", p.get(name))
+            same(f"{key}[{i}].onset_samples", e.get("onset_samples"), p["onset_samples"])
+            seconds(f"{key}[{i}].onset", e.get("onset"), p["onset_samples"])
+            seconds(f"plan.{key}[{i}].onset", p.get("onset"), p["onset_samples"])
+            if key == "events":
+                same(f"{key}[{i}].length_samples", e.get("length_samples"), p["length_samples"])
 
 
 def regenerate(
