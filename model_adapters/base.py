@@ -9,6 +9,7 @@ import numpy as np
 
 from casu_dataset.core.content_key import content_key
 from casu_dataset.core.errors import CasuError
+from casu_dataset.core.redact import protect_url
 
 
 class AdapterError(CasuError, RuntimeError):
@@ -119,7 +120,9 @@ class Adapter:
     sampling_settings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **model_args):
-        self.model_args = dict(model_args)
+        # a URL argument with a key in it (`base_url=...?api_key=K`) is kept as a redact.SecretURL:
+        # recorded, logged and hashed (info, fingerprint) masked; `redact.reveal` gives it whole
+        self.model_args = {k: protect_url(v) for k, v in model_args.items()}
 
     def chat_template_names(self) -> list[str]:
         """The named chat templates besides the default that `--apply_chat_template NAME` can pick."""
@@ -251,6 +254,7 @@ ARG_RANGES = {
     "batch_size": (1, True),
     "delay": (0, True),
     "rate_limit_wait": (0, True),
+    "max_response_bytes": (1, True),
 }
 _KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
@@ -348,7 +352,9 @@ def check_model_args(cls, name: str, args: dict) -> dict:
             raise ModelArgsError(
                 f"bad --model_args {k}: {name} takes {', '.join(sorted(params)) or 'no arguments'}"
             )
-        v = _typed(name, k, v, params.get(k, set()))
+        # a URL with a key in it (`?api_key=`, `user:pass@`) is recorded, logged and hashed masked;
+        # the adapter gets the real one with `redact.reveal`
+        v = protect_url(_typed(name, k, v, params.get(k, set())))
         if k in ARG_RANGES and isinstance(v, (int, float)) and not isinstance(v, bool):
             lo, inclusive = ARG_RANGES[k]
             if v < lo or (v == lo and not inclusive):

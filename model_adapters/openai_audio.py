@@ -4,12 +4,22 @@ GPT-4o audio models, and any vLLM server serving an audio LM (the fast path for 
 models: `vllm serve Qwen/Qwen2-Audio-7B-Instruct`). The harness keeps `concurrency` requests
 in flight whatever --batch_size is; transient errors (408/409/5xx, timeouts, dropped
 connections) are retried with exponential backoff and jitter (`max_retries`), a 429 is waited
-out (its Retry-After, else backoff) within `rate_limit_wait` seconds per request without
-counting as a retry, and a request that still fails is a failed sample (reported, retried by
-the next run), not the end of the run. 401/403/404 stop the run: no request can succeed.
-The key comes from the environment (`api_key_env`, default
-OPENAI_API_KEY) and is sent only in the Authorization header. The HTTP client is the `openai` SDK
-(through casu_dataset.core.llm.backends.OpenAIBackend).
+out (its Retry-After, but never less than 0.5 s and growing, else backoff) within
+`rate_limit_wait` seconds per request without counting as a retry, and a request that still
+fails is a failed sample (reported with its sample id, retried by the next run), not the end of
+the run. 401/403/404 stop the run: no request can succeed.
+
+Bounds: `timeout` is the TOTAL deadline of one request (connect + headers + the whole body; a
+server trickling its reply is cut there), `max_response_bytes` (default 16 MiB) caps the reply
+after decompression (a gzip bomb stops at the cap), a reply that is not JSON is a named
+malformed response. Each is a failed request, named with the server and the sample id.
+
+The key comes from the environment (`api_key_env`, default OPENAI_API_KEY) and is sent only in
+the Authorization header. A server that wants its key in the URL (`base_url=...?api_key=KEY`,
+`&sig=...`) gets it on every request, but the URL is recorded, logged and shown with the key
+masked (`redact.SecretURL`), in results, sample logs, errors and cache keys; credentials as
+`user:key@` in `base_url` are refused. The HTTP client is the `openai` SDK (through
+casu_dataset.core.llm.backends.OpenAIBackend).
 """
 
 from __future__ import annotations
@@ -49,9 +59,10 @@ def _check_secret_args(base_url: str | None, api_key_env: str) -> None:
     """Refuse the two slips that would write a key into every results file: credentials inside
     `base_url`, and the key itself given as `api_key_env` (which names the variable holding it).
     Neither message repeats the secret."""
-    from casu_dataset.core.redact import register_secret, url_without_userinfo
+    from casu_dataset.core.redact import register_secret, reveal, url_without_userinfo
 
-    if base_url and re.search(r"://[^/@\s]*@", base_url):
+    base_url = reveal(base_url)
+    if base_url and re.search(r"://[^/?#@\s]*@", base_url):
         raise ModelArgsError(
             f"--model_args base_url={url_without_userinfo(base_url)}: holds credentials (user:key@), which "
             "would be written into the results; give the URL without them and the key in the "
@@ -64,6 +75,10 @@ def _check_secret_args(base_url: str | None, api_key_env: str) -> None:
             "NAME of an environment variable; export the key (export OPENAI_API_KEY=...) and give "
             "api_key_env=OPENAI_API_KEY (the default) or your variable's name"
         )
+
+
+def _sample(req: Request) -> str:
+    return f"sample {req.id}: " if req.id else ""
 
 
 class OpenAIAudio(Adapter):
@@ -86,8 +101,13 @@ class OpenAIAudio(Adapter):
         backoff: float = 1.0,
         system_prompt: str | None = None,
         rate_limit_wait: float = 300.0,
+        max_response_bytes: int = 16 * 1024 * 1024,
     ):
+        from casu_dataset.core.redact import reveal
+
         _check_secret_args(base_url, api_key_env)
+        # recorded (results, fingerprint, cache keys) with any key in the URL masked (the base
+        # class keeps it as a SecretURL); sent whole
         super().__init__(model=model, base_url=base_url, api_key_env=api_key_env)
         from casu_dataset.core.llm.backends import BackendError, OpenAIBackend
 
@@ -95,7 +115,7 @@ class OpenAIAudio(Adapter):
             raise ValueError(f"openai-audio: concurrency must be >= 1, got {concurrency}")
         try:
             self.api = OpenAIBackend(
-                base_url or os.environ.get("OPENAI_BASE_URL"),
+                reveal(base_url) or os.environ.get("OPENAI_BASE_URL"),
                 model,
                 api_key=os.environ.get(api_key_env, ""),
                 timeout=timeout,
@@ -103,6 +123,7 @@ class OpenAIAudio(Adapter):
                 backoff=backoff,
                 concurrency=int(concurrency),
                 rate_limit_wait=float(rate_limit_wait),
+                max_response_bytes=int(max_response_bytes),
             )
         except BackendError as err:
             raise AdapterError(f"--model openai-audio: {err} (--model_args model=NAME)") from None
@@ -135,7 +156,7 @@ class OpenAIAudio(Adapter):
             )
         except BackendError as err:
             if err.transient:  # this request failed; the server works: a failed sample, the run goes on
-                raise RequestFailed(f"openai-audio: {err}") from None
+                raise RequestFailed(f"openai-audio: {_sample(req)}{err}") from None
             raise AdapterError(f"openai-audio: {err}") from None  # a refused key or model stops the run
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:

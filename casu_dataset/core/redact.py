@@ -7,7 +7,12 @@ known secret standing as a word, or of 8+ inside a longer word (the values of th
 this toolkit reads, and keys passed in), the
 shapes keys have (`Bearer ...`, `sk-...`, `hf_...`, `key=...`), and `guard_logging`, which keeps
 the HTTP clients' debug logs (raw request and response headers and bodies) off at every
-verbosity and passes every log record through `redact`."""
+verbosity and passes every log record through `redact`.
+
+URLs carry keys too (`https://user:KEY@host`, `?api_key=KEY`, `&sig=...`, `#access_token=...`):
+`redact_url` masks them, `redact` masks them in any text, and `SecretURL` is a URL whose
+printed, logged, hashed and JSON-written form is the redacted one while `reveal` gives the
+real one to the HTTP client that must send it."""
 
 from __future__ import annotations
 
@@ -32,10 +37,31 @@ _PATTERNS = [  # (pattern, replacement): the label before a secret is kept, the 
         r"\1" + MASK,
     ),
 ]
+# A URL's userinfo (`user:password@`), and a query or fragment parameter with a key-like name:
+# the value is masked, the name kept. Names: any word (split on - _ .) of these, or a name ending
+# in one (`x-amz-signature`, `client_secret`, `apikey`).
+_KEY_WORDS = (
+    "key|apikey|api_key|api-key|token|access_token|id_token|refresh_token|auth|authorization|"
+    "sig|signature|secret|client_secret|password|passwd|pwd|pass|credential|credentials|session"
+)
+_URL_USERINFO = re.compile(r"(?<=://)[^/?#@\s]*@")
+_URL_PARAM = re.compile(  # the value: up to the next parameter, a blank or a quote, less trailing : , .
+    rf"(?i)([?&;#](?:[A-Za-z0-9.~%_-]*[_.-])?(?:{_KEY_WORDS})=)(?!\[REDACTED\])"
+    r"[^&;#\s\"'<>()]+?(?=[:,.]*(?:[&;#\s\"'<>()]|$))"
+)
 _EXTRA: set[str] = set()  # keys passed in by code (register_secret), masked like the env's
 # HTTP client loggers that print raw headers and bodies at DEBUG (httpcore: header tuples;
 # openai: request options with headers; httpx/urllib3: request lines)
-HTTP_LOGGERS = ("httpx", "httpcore", "openai", "urllib3", "requests", "huggingface_hub.utils._http")
+HTTP_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "httpx2",  # the openai SDK's client since it moved to httpx2 / httpcore2
+    "httpcore2",
+    "openai",
+    "urllib3",
+    "requests",
+    "huggingface_hub.utils._http",
+)
 
 
 def register_secret(value: str | None) -> None:
@@ -87,7 +113,79 @@ def redact_known(text: str) -> str:
 
 def url_without_userinfo(url: str) -> str:
     """`url` with any `user:password@` replaced by the mask (for messages about a URL)."""
-    return re.sub(r"(?<=://)[^/@\s]*@", MASK + "@", str(url))
+    return _URL_USERINFO.sub(MASK + "@", str(url))
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets a URL carries: its userinfo's password (or user, without one) and the values of
+    its key-like query and fragment parameters."""
+    out = []
+    m = _URL_USERINFO.search(str(url))
+    if m:
+        user, _, password = m.group(0)[:-1].partition(":")
+        out.append(password or user)
+    out += [m.group(0)[len(m.group(1)) :] for m in _URL_PARAM.finditer(str(url))]
+    return [x for x in out if x]
+
+
+def redact_url(url) -> str:
+    """`url` with its userinfo and the values of key-like query / fragment parameters masked
+    (`http://h/v1?api_key=[REDACTED]&api-version=2024`): the form to print, log, record and hash.
+    Also registers those values (`register_secret`), so that they are masked in any later text."""
+    s = str(url)
+    for secret in url_secrets(s):
+        register_secret(secret)
+    return _URL_PARAM.sub(r"\1" + MASK, url_without_userinfo(s))
+
+
+class SecretURL(str):
+    """A URL holding a secret: as a string (printed, logged, formatted, written as JSON, hashed
+    into a cache key) it IS the redacted URL; `reveal(x)` returns the real one, for the HTTP
+    client only. Any string operation on it yields the redacted text, so a slip loses the key
+    (the request is refused) instead of writing it down."""
+
+    __slots__ = ("_real",)
+    _real: str
+
+    def __new__(cls, url: str) -> "SecretURL":
+        real = reveal(url)
+        self = super().__new__(cls, redact_url(real))
+        self._real = real
+        return self
+
+    def __copy__(self) -> "SecretURL":  # immutable: a copy (copy.copy, deepcopy) is itself
+        return self
+
+    def __deepcopy__(self, memo) -> "SecretURL":
+        return self
+
+    def __reduce__(self):  # serialized (pickle, yaml.dump) as the redacted string: never the key
+        return (str, (str(self),))
+
+
+def _yaml_as_str() -> None:
+    """yaml.safe_dump writes a SecretURL as the string it is (the redacted URL), not an error."""
+    try:
+        import yaml
+    except ImportError:
+        return
+    for dumper in (yaml.SafeDumper, yaml.Dumper):
+        dumper.add_representer(SecretURL, lambda d, v: d.represent_str(str(v)))
+
+
+_yaml_as_str()
+
+
+def reveal(value):
+    """The real value behind a SecretURL; anything else unchanged."""
+    return value._real if isinstance(value, SecretURL) else value
+
+
+def protect_url(value):
+    """A string URL that holds a secret as a SecretURL; anything else unchanged."""
+    if isinstance(value, str) and not isinstance(value, SecretURL) and url_secrets(value):
+        return SecretURL(value)
+    return value
 
 
 def redact(text, secrets=()) -> str:
@@ -101,7 +199,7 @@ def redact(text, secrets=()) -> str:
             s = s[:a] + MASK + s[b:]
     for pattern, repl in _PATTERNS:
         s = pattern.sub(repl, s)
-    return s
+    return _URL_PARAM.sub(r"\1" + MASK, url_without_userinfo(s))
 
 
 class RedactingFilter(logging.Filter):
