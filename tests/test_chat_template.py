@@ -269,7 +269,7 @@ def test_effective_chat_template_per_adapter():
     "argv, msg",
     [
         (["--num_fewshot", "5"], "--num_fewshot 5: CASU tasks are zero-shot"),
-        (["--num_fewshot", "-1"], "--num_fewshot: must be >= 0"),
+        (["--num_fewshot", "-1"], "--num_fewshot/-f: must be >= 0"),
         (["--fewshot_as_multiturn"], "--fewshot_as_multiturn: needs few-shot examples"),
         (["--num_fewshot", "0", "--fewshot_as_multiturn"], "--fewshot_as_multiturn: needs few-shot examples"),
         (["--apply_chat_template"], "--apply_chat_template: --model random renders no prompt"),

@@ -388,7 +388,7 @@ CASES = [
     (
         "harness-gen-kwargs-not-kv",
         lambda c: c.run("--gen_kwargs", "greedy"),
-        (E, 2, "--gen_kwargs", "not key=value"),
+        (E, 2, "--gen_kwargs", "expected key=value"),
     ),
     (
         "harness-gen-kwargs-bad-int",
