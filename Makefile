@@ -3,7 +3,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo baselines realization2 lint test test-isa bench bench-quick clean
+.PHONY: setup demo baselines realization2 lint test test-isa bench bench-quick peers peers-quick clean
 
 setup:
 	@bash scripts/setup.sh
@@ -67,6 +67,23 @@ bench: setup
 # Every bench on small sizes (a few minutes in all): CI runs it, so a bench that breaks fails CI.
 bench-quick: setup
 	$(PY) benchmarks/run_all.py --quick
+
+# CASU's five tasks in the real lmms-eval 0.7.3 and lm-eval 0.4.13 (.venv-peers, scripts/setup_peers.sh),
+# compared with CASU's harness sample by sample on the same fixed answers (scripts/peers_compare.py):
+# the same prompts, audio (mono float32, 16 kHz), parsed letters, correctness and aggregates, or exit 1.
+# `make peers`: every row of PEERS_DATASET (built here first if absent, as `make demo` builds it);
+# `make peers-quick` (CI): two shipped families, built into out/peers_small (about a minute once set up).
+PEERS_PY := .venv-peers/bin/python
+PEERS_DATASET ?= casu_mini
+
+peers: setup
+	@bash scripts/setup_peers.sh
+	@test -d $(PEERS_DATASET) || $(PY) -m casu_dataset build --out $(PEERS_DATASET) --num-proc 2
+	$(PEERS_PY) scripts/peers_compare.py --dataset $(PEERS_DATASET) --out out/peers
+
+peers-quick:
+	@bash scripts/setup_peers.sh
+	$(PEERS_PY) scripts/peers_compare.py --build-small out/peers_small --out out/peers_quick
 
 clean:
 	rm -rf demo_out bench_out .pytest_cache

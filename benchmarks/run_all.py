@@ -30,6 +30,7 @@ import bench_build  # noqa: E402
 import bench_eval  # noqa: E402
 import bench_harness  # noqa: E402
 import bench_mixer  # noqa: E402
+import bench_peers  # noqa: E402
 import bench_ray_build  # noqa: E402
 import bench_retrieval  # noqa: E402
 import bench_tts  # noqa: E402
@@ -43,6 +44,7 @@ BENCHES = {
     "eval_path": bench_eval.run,
     "retrieval_index": bench_ann.run,
     "ray_build": bench_ray_build.run,
+    "peers_side_by_side": bench_peers.run,
 }
 
 

@@ -16,6 +16,7 @@ from model_adapters.base import (
 
 MODELS = {
     "random": "model_adapters.baselines:RandomBaseline",
+    "replay": "model_adapters.replay:Replay",
     "blind": "model_adapters.baselines:BlindBaseline",
     "cascade": "model_adapters.cascade:Cascade",
     "openai-audio": "model_adapters.openai_audio:OpenAIAudio",

@@ -171,7 +171,7 @@ def test_harness_imports_only_the_contract(tmp_path):
 
 
 # The harness's stages, in the order data flows: a module imports only its own stage or earlier ones.
-HARNESS_STAGES = ["config", "scoring", "task", "run", "output", "api", "cli"]
+HARNESS_STAGES = ["config", "scoring", "task", "run", "output", "api", "peers", "cli"]
 
 
 def _harness_imports() -> dict[str, set[str]]:

@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     from casu_dataset.core.redact import guard_logging
 
     guard_logging()  # push and pr-eval-results talk to the Hub with a token too
+    from harness.cli.export_tasks import cmd_export_tasks
     from harness.cli.listing import cmd_list
     from harness.cli.push import cmd_pr_eval_results, cmd_push
     from harness.cli.run import cmd_run
@@ -26,13 +27,24 @@ def main(argv: list[str] | None = None) -> int:
         "run": cmd_run,
         "table": cmd_table,
         "pr-eval-results": cmd_pr_eval_results,
+        "export-tasks": cmd_export_tasks,
     }
     from casu_dataset.core.errors import CasuError
+    from casu_dataset.core.signals import Stopped, restore_signals, stop_on_signals, stopped_exit
 
+    survive_any_encoding()
+    previous = stop_on_signals()  # Ctrl+C -> KeyboardInterrupt, SIGTERM -> Stopped (restored below)
     try:
         if argv and argv[0] in cmds:
             return cmds[argv[0]](argv[1:])
         return cmd_run(argv)
+    except (KeyboardInterrupt, Stopped) as err:
+        code, name = stopped_exit(err)
+        error_line(
+            f"stopped by {name}: the response cache keeps every answer received (the same command "
+            "resumes from them); no results file was written half (files are renamed into place whole)"
+        )
+        return code
     except CasuError as err:  # an expected failure (bad input 2, the model 3, the Hub 5): one line, its code
         error_line(err)
         return err.exit_code
@@ -45,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         error_line(msg)
         return EXIT_RESOURCE
     finally:
+        restore_signals(previous)
         # Free Arrow objects held in reference cycles while Arrow is still alive: left to the
         # interpreter's final teardown, a parquet reader's native thread is destroyed after its
         # pool and the process aborts after its work is done ("terminate called without an
@@ -52,3 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         import gc
 
         gc.collect()
+
+
+def survive_any_encoding() -> None:
+    """stdout and stderr write any text: a character the terminal's encoding lacks
+    (PYTHONIOENCODING=ascii, a C locale) is written as a backslash escape, never a
+    UnicodeEncodeError (a prompt printed by --write_out, a task name in a table)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: left as it is
+                pass
