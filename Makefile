@@ -81,7 +81,7 @@ peers: setup
 	@test -d $(PEERS_DATASET) || $(PY) -m casu_dataset build --out $(PEERS_DATASET) --num-proc 2
 	$(PEERS_PY) scripts/peers_compare.py --dataset $(PEERS_DATASET) --out out/peers
 
-peers-quick:
+peers-quick: setup
 	@bash scripts/setup_peers.sh
 	$(PEERS_PY) scripts/peers_compare.py --build-small out/peers_small --out out/peers_quick
 
