@@ -85,8 +85,16 @@ def build(config: BuildConfig) -> BuildResult:
         except ImportError as err:
             raise ConfigError(Field("executor", "ray"), f": {err}") from None
     lib = config.library()
-    if not lib.exists():
+    if not lib.exists() and not lib.is_symlink():
         raise ConfigError(Field("scenarios"), f" {config.scenarios}: no such file or folder")
+    from casu_dataset.core.paths import PathProblem, input_path
+
+    try:  # a symlink loop, a dangling link, a FIFO or a device: named (a FIFO would block the read)
+        input_path(lib, "scenarios", "any")
+    except PathProblem as err:
+        raise ConfigError(
+            Field("scenarios"), f" {config.scenarios}: {str(err).removeprefix('scenarios: ')}"
+        ) from None
     families = is_family_library(lib)
     invalid: list[dict] = []
     # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.config import VERBOSITY, EvalConfig, UsageError, apply_seeds, check_device
+from harness.config import VERBOSITY, EvalConfig, UsageError, apply_seeds, check_device, world_size
 from model_adapters.base import Adapter, AdapterError, ModelArgsError, parse_model_args
 
 log = logging.getLogger("harness")
@@ -164,6 +164,7 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
                 f"under <folder>/<model>/: lm-eval's results_<date>.json, CASU's casu_results_<date>.json, "
                 f"sample logs, report, plots); e.g. --output_path {os.path.splitext(out)[0] or 'results'}"
             )
+        _output_target(out, f"--output_path {out}", "folder")  # a link loop, a dangling link, a FIFO
         if os.path.exists(out) and not os.path.isdir(out):
             raise UsageError(f"--output_path {out}: is a file, not a folder")
         _check_creatable(out)
@@ -172,6 +173,7 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
             raise UsageError(
                 f"--cache {cache}: is a folder; give a file path (e.g. {os.path.join(cache, 'cache.sqlite')})"
             )
+        _output_target(cache, f"--cache {cache}", "file")
         if os.path.isfile(cache) and os.path.getsize(cache) > 0:
             with open(cache, "rb") as f:
                 if f.read(16) != b"SQLite format 3\x00":
@@ -179,6 +181,17 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
                         f"--cache {cache}: not a SQLite database (the harness's response cache); "
                         "give a new file name or 'off'"
                     )
+
+
+def _output_target(path: str, what: str, kind: str) -> Path:
+    """The real place an output path names (casu_dataset.core.paths.output_target): a symlink loop,
+    a link to nothing, or a FIFO or device in its place is a UsageError naming it and its target."""
+    from casu_dataset.core.paths import PathProblem, output_target
+
+    try:
+        return output_target(path, what, kind)
+    except PathProblem as err:
+        raise UsageError(str(err)) from None
 
 
 def _tasks(tasks, include_path):
@@ -212,6 +225,13 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False, flag: s
     from casu_dataset.dataset.reader import LoadError, is_local
     from harness.run.data import CasuData
 
+    if is_local(dataset) and os.path.lexists(os.path.expanduser(str(dataset))):
+        from casu_dataset.core.paths import PathProblem, input_path
+
+        try:  # a symlink loop, a dangling link, a FIFO or a file in its place: named
+            input_path(os.path.expanduser(str(dataset)), f"{flag} {dataset}", "folder")
+        except PathProblem as err:
+            raise UsageError(str(err)) from None
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
         raise UsageError(
             f"{flag} {dataset}: no such folder (build one with `python -m casu_dataset build "
@@ -274,7 +294,7 @@ def run_config(
         "limit": limit,
         "seed": seed,
         "judge": judge_fp,
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "world_size": world_size(),
         "gen_kwargs": gen_kwargs or {},
         "hf_hub_log_args": hf_hub_log_args or {},
         "system_instruction": system_instruction,
@@ -366,6 +386,7 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
 
     started = time.time()
     c = config
+    world_size()  # WORLD_SIZE / RANK / LOCAL_RANK checked before anything loads (UsageError)
     set_verbosity(c.verbosity)
     seeded = apply_seeds(c)  # python random, numpy, torch: as lm-eval's simple_evaluate, first
     if seeded:
@@ -701,6 +722,7 @@ def _open_cache(cache: str | None, output_path, on_cleaned, cache_requests: str 
     if cache == "off" or (cache is None and output_path is None):
         return None
     path = cache or os.path.join(str(output_path), "cache.sqlite")
+    _output_target(path, f"--cache {path}", "file")
     if cache_requests == "delete" and os.path.isfile(path):
         os.remove(path)
         log.info("--cache_requests delete: removed %s", path)

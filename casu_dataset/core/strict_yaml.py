@@ -47,12 +47,57 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def safe_load(text: str, name: str | Path | None = None):
+class TooLargeError(CasuError, yaml.YAMLError):
+    """A document whose aliases expand to more values than the reader allows (an alias bomb)."""
+
+
+def _expanded(node, limit: int) -> int:
+    """How many values a composed YAML node stands for once its aliases are expanded (shared nodes
+    counted each time they are used, as the loaded object repeats them); stops past `limit`."""
+    memo: dict[int, int] = {}
+
+    def size(n) -> int:
+        key = id(n)
+        if key in memo:
+            return memo[key]
+        memo[key] = 1  # a recursive alias counts once
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            for child in n.value:
+                total += size(child)
+                if total > limit:
+                    break
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                total += size(k) + size(v)
+                if total > limit:
+                    break
+        memo[key] = total
+        return total
+
+    return size(node)
+
+
+def safe_load(text: str, name: str | Path | None = None, max_nodes: int | None = None):
     """`yaml.safe_load`, refusing a key given twice in one mapping (DuplicateKeyError); `name` (the
-    file) is what error marks show instead of "<unicode string>"."""
+    file) is what error marks show instead of "<unicode string>". With `max_nodes`, a document that
+    expands (aliases included) to more values is refused before it is built (TooLargeError)."""
     stream = io.StringIO(text)
     stream.name = str(name) if name else "<text>"  # type: ignore[misc]  # read by yaml's marks
-    return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    if max_nodes is None:
+        return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    loader = _StrictLoader(stream)  # as yaml.load, with the node graph measured before it is built
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded(node, max_nodes) > max_nodes:
+            raise TooLargeError(
+                f"its aliases expand to more than {max_nodes:,} values (an alias bomb?); write the values out"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def yaml_files(folder: Path) -> list[Path]:

@@ -28,7 +28,9 @@ EXIT_CODES = """exit codes:
   6  a resource ran out: no space left, a file size limit, too long a path, no permission, no memory
      (one line names the path; answers already received stay cached)
   7  --strict: more than half of a task's answers could not be parsed (without --strict the run
-     says so in one line and exits 0, as lm-eval does)"""
+     says so in one line and exits 0, as lm-eval does)
+  130, 143  stopped by Ctrl+C (SIGINT) or SIGTERM: one line; the response cache keeps every answer
+     received (the same command resumes from them) and no results file is left half-written"""
 
 
 def error_line(msg) -> None:

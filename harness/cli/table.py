@@ -16,6 +16,14 @@ def cmd_table(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from harness.output.results import latest_documents, table1
 
+    if os.path.lexists(a.output_path):  # a symlink loop, a dangling link, a FIFO: named
+        from casu_dataset.core.paths import PathProblem, input_path
+
+        try:
+            input_path(a.output_path, a.output_path, "folder")
+        except PathProblem as err:
+            error_line(err)
+            return EXIT_USAGE
     skipped: list = []
     docs = latest_documents(a.output_path, skipped) if os.path.isdir(a.output_path) else []
     for f, why in skipped:

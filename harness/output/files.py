@@ -44,6 +44,9 @@ def file_record(path: Path) -> dict:
 
 def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
     """(document, its sample logs, None) for a complete run, else (None, [], why not)."""
+    odd = _not_regular(results_json)
+    if odd:
+        return None, [], odd
     try:
         doc = json.loads(results_json.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -66,8 +69,8 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
     for key in ("sample_logs", "lm_eval_sample_logs"):  # CASU's sample records, then lm-eval's lines
         for task, rec in (doc.get(key) or {}).items():
             p = results_json.parent / rec["file"]
-            if not p.is_file():
-                return None, [], f"sample log {rec['file']} is missing"
+            if not p.is_file() or _not_regular(p):
+                return None, [], f"sample log {rec['file']} is missing (or not a regular file)"
             if hashlib.sha256(p.read_bytes()).hexdigest() != rec["sha256"]:
                 return (
                     None,
@@ -100,11 +103,25 @@ def _is_lm_eval_file(path: Path) -> bool:
     """A `results_*.json` in lm-eval's schema (written beside CASU's own `casu_results_*.json`);
     a folder written by an older harness may hold CASU's document under that name (top-level
     `schema_version`). A file that does not parse is not lm-eval's: it is reported as skipped."""
+    if _not_regular(path):
+        return False
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(doc, dict) and "schema_version" not in doc and "results" in doc
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why `path` cannot be read as a results file (a FIFO would block the read, a symlink loop
+    raise), or None for a regular file."""
+    from casu_dataset.core.paths import PathProblem, input_path
+
+    try:
+        input_path(path, "", "file")
+    except PathProblem as err:
+        return str(err).removeprefix(": ")
+    return None
 
 
 def complete_runs(
@@ -147,6 +164,10 @@ def set_aside_orphans(model_dir: Path) -> list[Path]:
             live.add(stamp)
         elif h == host:
             mark.unlink(missing_ok=True)  # its writer is gone
+    for mark in model_dir.glob(f"{CLAIM_MARK}*"):  # a stamp claimed by a run about to write it
+        owner = _claim_owner(mark)
+        if owner is None or owner[0] != host or atomic.pid_alive(owner[1]):
+            live.add(mark.name[len(CLAIM_MARK) :])
     done = {
         f.name[len("casu_results_") : -len(".json")]
         for f in model_dir.glob("casu_results_*.json")
@@ -167,6 +188,59 @@ def set_aside_orphans(model_dir: Path) -> list[Path]:
         os.replace(f, dest)
         moved.append(dest)
     return moved
+
+
+CLAIM_MARK = ".claim-"  # `.claim-<stamp>` (holding `<host> <pid>`): a run has taken that stamp
+
+
+def _claim_owner(mark: Path) -> tuple[str, int] | None:
+    try:
+        host, pid = mark.read_text().split()
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
+
+
+class claimed_stamp:
+    """The stamp a run's files are named with, claimed atomically in `model_dir`: the first of
+    `base`, `base_2`, `base_3`, ... that no complete run uses (`taken(stamp)`) and whose claim file
+    this process created (O_CREAT | O_EXCL), so runs started together into one folder never share
+    a file name. The claim is released when the block ends (the files are there by then)."""
+
+    def __init__(self, model_dir: Path, base: str, taken):
+        self.dir, self.base, self.taken = Path(model_dir), base, taken
+        self.mark: Path | None = None
+
+    def __enter__(self) -> str:
+        me = f"{socket.gethostname()} {os.getpid()}"
+        n, stamp = 1, self.base
+        while True:
+            if not self.taken(stamp):
+                mark = self.dir / f"{CLAIM_MARK}{stamp}"
+                try:
+                    fd = os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    owner = _claim_owner(mark)
+                    if (
+                        owner is not None
+                        and owner[0] == socket.gethostname()
+                        and not atomic.pid_alive(owner[1])
+                    ):
+                        mark.unlink(missing_ok=True)  # left by a killed run: free again
+                        continue
+                else:
+                    with os.fdopen(fd, "w") as f:
+                        f.write(me)
+                    if not self.taken(stamp):  # not released by a run that wrote it meanwhile
+                        self.mark = mark
+                        return stamp
+                    mark.unlink(missing_ok=True)
+            n += 1
+            stamp = f"{self.base}_{n}"  # sorts after the first: "_" > "."
+
+    def __exit__(self, *exc):
+        if self.mark is not None:
+            self.mark.unlink(missing_ok=True)
 
 
 class writing:

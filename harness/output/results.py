@@ -784,21 +784,22 @@ def write_outputs(doc: dict, samples: dict[str, list[dict]] | None, out_root: Pa
 
     Each file goes to a temp name and is renamed into place; CASU's JSON comes last and records
     every sample log's SHA-256, so it marks the run complete (see outputs.check_run). Returns it."""
-    from harness.output.files import set_aside_orphans, writing
+    from harness.output.files import claimed_stamp, set_aside_orphans, writing
 
     d = Path(out_root) / run_key(doc["model"])
     d.mkdir(parents=True, exist_ok=True)
-    stamp = base = doc["date"].replace(":", "-").replace("+00-00", "")
-    n = 1
-    while any(
-        (d / f"{pre}{stamp}{ext}").exists()
-        for pre, ext in ((CASU_RESULTS, ".json"), ("results_", ".json"), ("results_", ".md"))
-    ):  # two runs in a second
-        n += 1
-        stamp = f"{base}_{n}"  # sorts after the first: "_" > "."
-    set_aside_orphans(d)  # a killed run's sample logs would sit beside these (rows seen twice)
-    with writing(d, stamp):
-        return _write_stamped(doc, samples, d, stamp)
+    base = doc["date"].replace(":", "-").replace("+00-00", "")
+
+    def taken(stamp: str) -> bool:  # two runs in a second: the next free stamp
+        return any(
+            (d / f"{pre}{stamp}{ext}").exists()
+            for pre, ext in ((CASU_RESULTS, ".json"), ("results_", ".json"), ("results_", ".md"))
+        )
+
+    with claimed_stamp(d, base, taken) as stamp:  # atomic: concurrent runs never share a name
+        set_aside_orphans(d)  # a killed run's sample logs would sit beside these (rows seen twice)
+        with writing(d, stamp):
+            return _write_stamped(doc, samples, d, stamp)
 
 
 def _write_stamped(doc: dict, samples, d: Path, stamp: str) -> Path:

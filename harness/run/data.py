@@ -97,8 +97,8 @@ class CasuData:
                     task_prompt(task, row, options, row.place, 1)
             except LmEvalYamlError as err:
                 raise LoadError(
-                    f"{self.flag} {self.source}: task {task.task!r}, row {row.id!r} of config "
-                    f"{task.dataset_config!r}: {err}"
+                    f"{self.flag} {self.source}: task {task.task!r} ({task.source_file}), row {row.id!r} "
+                    f"of config {task.dataset_config!r}: {err}"
                 ) from None
 
     def check_all(self, tasks) -> None:

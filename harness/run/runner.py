@@ -12,7 +12,6 @@ processes and gathered before scoring, so results do not depend on the process c
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from casu_dataset.core.errors import CasuError
 from casu_dataset.core.llm.cache import ResponseCache
 from casu_dataset.core.redact import redact_known
 from casu_dataset.dataset.reader import Row
@@ -30,6 +30,7 @@ from harness.run.data import CasuData
 from harness.scoring.parsing import LETTERS, parse_choice
 from harness.scoring.records import ScoredRecord
 from harness.task.config import TaskConfig
+from harness.task.lmeval_yaml import LmEvalYamlError
 from harness.task.prompts import item, rotations, row_doc, task_prompt
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
 
@@ -122,10 +123,16 @@ def make_units(
         # each rotation of the row (--circular): its options, key, reference and prompt
         asked = []
         for r in range(rotations(task, s, circular)):
-            opts, ans, reference = item(task, s, r)
-            asked.append(
-                (r, opts, ans, reference, task_prompt(task, s, opts, s.place if scene_hint else None, r))
-            )
+            try:
+                opts, ans, reference = item(task, s, r)
+                prompt = task_prompt(task, s, opts, s.place if scene_hint else None, r)
+            except LmEvalYamlError as err:  # a template that fails on this row (its budget, ...)
+                raise LmEvalYamlError(
+                    f"task {task.task!r} ({task.source_file}), row {s.id!r}"
+                    + (f" (rotation {r})" if r else "")
+                    + f": {err}"
+                ) from None
+            asked.append((r, opts, ans, reference, prompt))
         for c in conditions:
             for r, opts, ans, reference, prompt in asked:
                 u = Unit(task, s, c, r, mode, prompt, opts, ans, system=system, reference=reference)
@@ -178,17 +185,64 @@ def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunSt
     state.call_started()
     try:
         if units[0].mode == "loglikelihood":
-            scores = adapter.loglikelihood(reqs)
-            if len(scores) != len(reqs):
-                raise RuntimeError(f"adapter returned {len(scores)} score lists for {len(reqs)} requests")
-            return [{"scores": [float(x) for x in s]} for s in scores]
-        texts = adapter.generate(reqs, settings_for(units[0].task))
-        if len(texts) != len(reqs):
-            raise RuntimeError(f"adapter returned {len(texts)} texts for {len(reqs)} requests")
+            scores = _outputs(adapter, "loglikelihood", adapter.loglikelihood(reqs), units)
+            return [{"scores": _scores(adapter, s, u)} for s, u in zip(scores, units)]
+        texts = _outputs(adapter, "generate", adapter.generate(reqs, settings_for(units[0].task)), units)
+        for t, u in zip(texts, units):
+            if not isinstance(t, str):
+                raise BadOutput(
+                    f"--model {adapter.name}: generate() returned {_shown(t)} for sample {u.sample.id}; "
+                    "it must return one str per request"
+                )
         # A server that echoes the key puts it in its answer: masked before the samples and the cache.
-        return [{"response": redact_known(t) if isinstance(t, str) else t} for t in texts]
+        return [{"response": redact_known(t)} for t in texts]
     finally:
         state.call_ended()
+
+
+class BadOutput(CasuError, RuntimeError):
+    """An adapter returned something that is not an answer (an int for a text, a score list of the
+    wrong length): the batch is retried one by one, and each request still refused is a failed
+    sample naming the adapter and the sample (RunFailures stops the run past 25%); not an
+    AdapterError, which stops the run at once."""
+
+    exit_code = 3  # the model's fault
+
+
+def _shown(value) -> str:
+    text = " ".join(repr(value).split())
+    return f"a {type(value).__name__} ({text[:40]}{'...' if len(text) > 40 else ''})"
+
+
+def _outputs(adapter: Adapter, method: str, out, units: list[Unit]) -> list:
+    """An adapter's list of outputs, one per request (BadOutput names the adapter and a sample)."""
+    if not isinstance(out, (list, tuple)):
+        raise BadOutput(
+            f"--model {adapter.name}: {method}() returned {_shown(out)} for {len(units)} request(s) "
+            f"(sample {units[0].sample.id}, ...); it must return a list, one output per request"
+        )
+    if len(out) != len(units):
+        raise BadOutput(
+            f"--model {adapter.name}: {method}() returned {len(out)} outputs for {len(units)} requests "
+            f"(sample {units[0].sample.id}, ...)"
+        )
+    return list(out)
+
+
+def _scores(adapter: Adapter, s, u: Unit) -> list[float]:
+    """One request's option scores: a number per option."""
+    ok = isinstance(s, (list, tuple, np.ndarray)) and len(s) == len(u.options)
+    if ok:
+        try:
+            values = [float(x) for x in s]
+        except (TypeError, ValueError):
+            ok = False
+    if not ok:
+        raise BadOutput(
+            f"--model {adapter.name}: loglikelihood() returned {_shown(s)} for sample {u.sample.id}; it "
+            f"must return {len(u.options)} numbers (one per option) per request"
+        )
+    return values
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -440,7 +494,9 @@ def score_unit(u: Unit, res: dict, judge=None) -> ScoredRecord:
 
 def distributed_state():
     """accelerate's PartialState under torchrun / accelerate launch; None in one process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    from harness.config import world_size
+
+    if world_size() > 1:
         from accelerate import PartialState
 
         return PartialState()

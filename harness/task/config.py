@@ -10,7 +10,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -219,7 +218,7 @@ def load_task(path: str | Path) -> TaskConfig:
     path = Path(path)
     try:
         data = read_yaml(path)
-    except LmEvalYamlError as err:  # a `!function` tag (a Python hook) or bad YAML: one line
+    except LmEvalYamlError as err:  # a `!function` tag (a Python hook), bad YAML, a FIFO: one line
         raise TaskConfigError(f"{path}: {err}") from None
     except OSError as err:
         raise TaskConfigError(f"{path}: cannot read it ({err.strerror})") from None
@@ -260,10 +259,10 @@ def load_tasks(
     groups: list[dict] = []
     for d in dirs or [builtin_tasks_dir()]:
         d = Path(d)
-        if not d.is_dir():
-            raise TaskConfigError(f"--include_path {d}: not a folder")
-        for f in strict_yaml.yaml_files(d):
+        _include_dir(d)
+        for f in _yaml_entries(d):
             try:
+                _task_file(f)
                 group = _group_file(f)
                 if isinstance(group, _Template):
                     continue  # an lm-eval template: read only through another file's include:
@@ -313,8 +312,8 @@ def _group_file(path: Path) -> dict | _Template | None:
     version, file}), TEMPLATE for an lm-eval-style file without `task:` (a base other files
     include), else None (a task file)."""
     try:
-        data = strict_yaml.safe_load(path.read_text(encoding="utf-8"), path)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = read_yaml(path)
+    except (OSError, UnicodeDecodeError, LmEvalYamlError):
         return None  # load_task names the problem
     if isinstance(data, dict) and is_lmeval_task(data) and "task" not in data and "group" not in data:
         return TEMPLATE
@@ -420,15 +419,48 @@ def _group_spec(data: dict, path: Path) -> dict:
 
 def with_builtins(include_path: list[str | Path] | None) -> list[Path]:
     """The built-in tasks folder, then each --include_path folder: extra folders add tasks, as
-    lm-eval's --include_path does, and a name defined twice is an error naming the file."""
+    lm-eval's --include_path does, and a name defined twice is an error naming the file. Each folder
+    is checked first (a symlink loop, a FIFO or a file in its place is named)."""
     dirs = [builtin_tasks_dir(), *(Path(d) for d in include_path or [])]
     seen: set[Path] = set()
     out: list[Path] = []
     for d in dirs:
-        if d.resolve() not in seen:  # tasks/ given again: once
-            seen.add(d.resolve())
+        real = _include_dir(d)
+        if real not in seen:  # tasks/ given again: once
+            seen.add(real)
             out.append(d)
     return out
+
+
+def _include_dir(d: Path) -> Path:
+    """An --include_path folder, resolved; TaskConfigError names what it is instead."""
+    from casu_dataset.core.paths import PathProblem, input_path
+
+    try:
+        return input_path(d, f"--include_path {d}", "folder")
+    except PathProblem as err:
+        raise TaskConfigError(str(err).replace("no such folder", "not a folder (no such folder)")) from None
+
+
+def _yaml_entries(d: Path) -> list[Path]:
+    """The YAML names of a folder (`.yaml`, `.yml`), sorted: regular files and anything else under
+    such a name (a FIFO, a dangling link, a link loop), which _task_file names instead of skipping
+    it silently or blocking on it. Sub-folders are not read."""
+    try:
+        entries = sorted(p for p in d.iterdir() if p.suffix in strict_yaml.SUFFIXES)
+    except OSError as err:
+        raise TaskConfigError(f"--include_path {d}: cannot list it ({err.strerror})") from None
+    return [p for p in entries if p.is_symlink() or not p.is_dir()]
+
+
+def _task_file(f: Path) -> None:
+    """TaskConfigError unless `f` (a YAML name in a tasks folder) is a readable regular file."""
+    from casu_dataset.core.paths import PathProblem, input_path
+
+    try:
+        input_path(f, str(f), "file")
+    except PathProblem as err:
+        raise TaskConfigError(f"{err}; a task file must be a regular YAML file") from None
 
 
 def select_tasks(spec: str, tasks: dict[str, TaskConfig]) -> list[TaskConfig]:

@@ -12,7 +12,6 @@ names as errors, so a column the dataset lacks is named before any model loads. 
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -102,29 +101,61 @@ def python_hook(err: Exception, text: str) -> str | None:
 
 def read_yaml(path: Path):
     """A task file's YAML (strict keys); a `!function` tag or bad YAML is one LmEvalYamlError line
-    (the caller adds the file name). OSError and UnicodeDecodeError pass through."""
+    (the caller adds the file name), and so is a path that is not a regular file (a FIFO, a device,
+    a symlink loop), a file over 1 MiB or an alias bomb. FileNotFoundError (a path that is not
+    there) and UnicodeDecodeError pass through."""
+    import os
+
     import yaml
 
     from casu_dataset.core import strict_yaml
+    from casu_dataset.core.paths import PathProblem, read_text
 
-    text = path.read_text(encoding="utf-8")
+    if not os.path.lexists(path):
+        raise FileNotFoundError(2, "No such file or directory", str(path))
     try:
-        return strict_yaml.safe_load(text, path)
+        text = read_text(path, "the file")
+    except PathProblem as err:
+        raise LmEvalYamlError(str(err).removeprefix("the file: ")) from None
+    try:
+        return strict_yaml.safe_load(text, path, max_nodes=YAML_NODES)
     except yaml.YAMLError as err:
         why = python_hook(err, text)
         raise LmEvalYamlError(why or f"not valid YAML ({' '.join(str(err).split())})") from None
+    except RecursionError:
+        raise LmEvalYamlError("not valid YAML (nested too deeply)") from None
+
+
+#: The most values a task or config YAML may expand to (aliases included): a billion-laughs file
+#: is refused before it is built.
+YAML_NODES = 100_000
+#: How many files an include chain may pass through.
+INCLUDE_DEPTH = 32
 
 
 def with_includes(data: dict, path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """`include: other.yaml` (relative to this file) resolved: the included mapping, then this
-    file's keys over it, recursively; a cycle or a missing file is an error."""
+    file's keys over it, recursively; a cycle, a missing file or a chain deeper than INCLUDE_DEPTH
+    files is an error."""
+    from casu_dataset.core.paths import PathProblem, real_path
+
     inc = data.get("include")
     if inc is None:
         return dict(data)
-    if not isinstance(inc, str):
-        raise LmEvalYamlError(f"include: a file name, got {type(inc).__name__}")
-    target = (path.parent / inc).resolve()
-    if target in seen or target == path.resolve():
+    if not isinstance(inc, str) or not inc.strip():
+        raise LmEvalYamlError(f"include: a file name, got {inc!r:.60}")
+    if len(seen) >= INCLUDE_DEPTH:
+        chain = " -> ".join(p.name for p in seen[:3])
+        raise LmEvalYamlError(
+            f"include: {inc}: the include chain is deeper than {INCLUDE_DEPTH} files ({chain} -> ...); "
+            "flatten it"
+        )
+    try:
+        here = real_path(path, "this file")
+        target = real_path(path.parent / inc, f"include: {inc}")
+    except PathProblem as err:
+        raise LmEvalYamlError(str(err)) from None
+    if target in seen or target == here:
         raise LmEvalYamlError(f"include: {inc} includes itself (through {', '.join(p.name for p in seen)})")
     try:
         parent = read_yaml(target)
@@ -134,7 +165,7 @@ def with_includes(data: dict, path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise LmEvalYamlError(f"include: {inc} ({target}): {err}") from None
     if not isinstance(parent, dict):
         raise LmEvalYamlError(f"include: {inc}: not a mapping")
-    merged = with_includes(parent, target, (*seen, path.resolve()))
+    merged = with_includes(parent, target, (*seen, here))
     merged.update({k: v for k, v in data.items() if k != "include"})
     merged.pop("include", None)
     return merged
@@ -270,6 +301,8 @@ def to_task_config(data: dict, path: Path) -> dict:
         "lmeval_source": {k: d[k] for k in sorted(IGNORED & set(d))} or None,
     }
     if mcq:
+        if isinstance(d["doc_to_choice"], list):  # a fixed list: checked here, not row by row
+            check_options([str(x) for x in d["doc_to_choice"]], "doc_to_choice")
         out["doc_to_choice"] = d["doc_to_choice"]
         out["doc_to_target"] = d.get("doc_to_target", "{{answer}}")
     elif "doc_to_target" in d:
@@ -277,52 +310,95 @@ def to_task_config(data: dict, path: Path) -> dict:
     return out
 
 
-@lru_cache(maxsize=1)
-def _env():
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
-
-
 def check_template(text: str, field: str) -> None:
-    """A Jinja template that parses (its names are checked against a row when one is rendered)."""
+    """A Jinja template that parses in the sandbox (task/sandbox.py: `{% include %}`, `{% extends %}`
+    and `{% import %}` are refused by name); its names are checked against a row when one is rendered."""
     from jinja2 import TemplateSyntaxError
 
+    from harness.task.sandbox import SandboxError, parse
+
     try:
-        _env().parse(text)
+        parse(text)
     except TemplateSyntaxError as err:
         raise LmEvalYamlError(
-            f"{field}: not a valid Jinja template ({err.message}, line {err.lineno})"
+            f"{field}: not a valid Jinja template ({_one_line(err.message or '')}, line {err.lineno})"
         ) from None
+    except SandboxError as err:
+        raise LmEvalYamlError(f"{field}: {err}") from None
+    except (RecursionError, MemoryError):
+        raise LmEvalYamlError(f"{field}: the template is nested too deeply to parse") from None
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def render(template: str, doc: dict, field: str) -> str:
-    """A Jinja template over one row's columns; an unknown column is named."""
-    from jinja2 import TemplateError, UndefinedError
+    """A Jinja template over one row's columns, in the sandbox (bounded time, size and depth); an
+    unknown column is named, and any other failure is one LmEvalYamlError line naming the field."""
+    from jinja2 import TemplateError, TemplateSyntaxError, UndefinedError
+
+    from harness.task.sandbox import SandboxError
+    from harness.task.sandbox import render as sandboxed
 
     try:
-        return _env().from_string(template).render(**doc)
+        return sandboxed(template, doc)
     except UndefinedError as err:
-        raise LmEvalYamlError(f"{field}: {err.message}; columns: {', '.join(sorted(doc))}") from None
-    except TemplateError as err:
+        raise LmEvalYamlError(
+            f"{field}: {_one_line(err.message or '')}; columns: {', '.join(sorted(doc))}"
+        ) from None
+    except TemplateSyntaxError as err:
+        raise LmEvalYamlError(
+            f"{field}: not a valid Jinja template ({_one_line(err.message or '')}, line {err.lineno})"
+        ) from None
+    except SandboxError as err:
         raise LmEvalYamlError(f"{field}: {err}") from None
+    except TemplateError as err:
+        raise LmEvalYamlError(f"{field}: {_one_line(err)}") from None
+    except RecursionError:
+        raise LmEvalYamlError(f"{field}: the template nests too deeply to render") from None
+    except MemoryError:
+        raise LmEvalYamlError(f"{field}: the template ran out of memory while rendering") from None
+    except Exception as err:  # noqa: BLE001 - any operation of the template (1/0, 'a' + 1): named
+        raise LmEvalYamlError(f"{field}: {type(err).__name__}: {_one_line(err)}") from None
+
+
+def check_options(opts: list[str], where: str) -> list[str]:
+    """A multiple-choice question's choices: at least 2, none empty, no text twice (a key that two
+    options match, or a question with one answer, scores nothing)."""
+    if len(opts) < 2:
+        raise LmEvalYamlError(
+            f"{where}: {len(opts)} choice(s) {opts!r:.80}; a multiple-choice question needs at least 2"
+        )
+    for i, o in enumerate(opts):
+        if not o.strip():
+            raise LmEvalYamlError(f"{where}: choice {i + 1} of {len(opts)} is empty")
+    seen: dict[str, int] = {}
+    for i, o in enumerate(opts):
+        if o in seen:
+            raise LmEvalYamlError(
+                f"{where}: choices {seen[o] + 1} and {i + 1} are the same text {o[:60]!r}; the options "
+                "of a question must differ"
+            )
+        seen[o] = i
+    return opts
 
 
 def choices(spec, doc: dict) -> list[str]:
     """lm-eval's doc_to_choice: a list, a column name, or a template rendering to a list."""
     if isinstance(spec, list):
-        return [str(x) for x in spec]
-    if isinstance(spec, str) and spec in doc and isinstance(doc[spec], list):
-        return [str(x) for x in doc[spec]]
+        return check_options([str(x) for x in spec], "doc_to_choice")
+    if isinstance(spec, str) and spec in doc and isinstance(doc[spec], (list, tuple)):
+        return check_options([str(x) for x in doc[spec]], f"doc_to_choice (column {spec!r})")
     text = render(str(spec), doc, "doc_to_choice")
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
         raise LmEvalYamlError(f"doc_to_choice: renders to {text[:80]!r}, not a list") from None
     if not isinstance(value, (list, tuple)) or not value:
         raise LmEvalYamlError(f"doc_to_choice: renders to {text[:80]!r}, not a non-empty list")
-    return [str(x) for x in value]
+    return check_options([str(x) for x in value], f"doc_to_choice (renders to {text[:60]!r})")
 
 
 def target_letter(spec, doc: dict, opts: list[str]) -> str:
@@ -334,15 +410,28 @@ def target_letter(spec, doc: dict, opts: list[str]) -> str:
         value = doc[spec]
     else:
         value = render(str(spec), doc, "doc_to_target").strip()
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 6:
+        value = int(value)  # an index; '²' or a 5000-digit number is text (named below)
     if isinstance(value, int) and not isinstance(value, bool):
         if not 0 <= value < len(opts):
-            raise LmEvalYamlError(f"doc_to_target: index {value} outside the {len(opts)} choices")
+            shown = value if value.bit_length() < 64 else "a huge number"
+            raise LmEvalYamlError(
+                f"doc_to_target: index {shown} outside the {len(opts)} choices (0..{len(opts) - 1})"
+            )
         return LETTERS[value]
-    text = str(value)
+    text = value if isinstance(value, str) else (str(value) if _small(value) else type(value).__name__)
     if text in LETTERS[: len(opts)] and len(text) == 1:
         return text
     if text in opts:
         return LETTERS[opts.index(text)]
-    raise LmEvalYamlError(f"doc_to_target: {text[:60]!r} is not an index, a letter or one of the choices")
+    raise LmEvalYamlError(
+        f"doc_to_target: {text[:60]!r} is not an index (0..{len(opts) - 1}), a letter "
+        f"({', '.join(LETTERS[: len(opts)])}) or one of the choices"
+    )
+
+
+def _small(value) -> bool:
+    """Whether str(value) is cheap and short (not a 5000-digit number or a huge column value)."""
+    if isinstance(value, int):
+        return value.bit_length() < 1000
+    return isinstance(value, (float, bool)) or value is None
