@@ -1,6 +1,7 @@
 """The faiss index path of retrieval against exact search (the reference): top-1 agreement on the
 bank and on a larger candidate set, exact constraints, identical seeded choices whenever the exact
-top k are among the proposals, and the on-disk cache keyed on content + params."""
+top k are among the proposals, the on-disk cache keyed on content + params, and the memory-lean
+path of big catalogs (vectors from an fp16 memmap, list-order adds in chunks, memory-mapped loads)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 faiss = pytest.importorskip("faiss", reason="faiss-cpu is not installed (pip install -e '.[ann]')")
 
+from casu_dataset.sounds import ann_index  # noqa: E402
 from casu_dataset.sounds.ann_index import AnnIndex, AnnParams  # noqa: E402
 from casu_dataset.sounds.catalog import Catalog, CatalogClip  # noqa: E402
 from casu_dataset.sounds.retrieval import Retriever, quantize  # noqa: E402
@@ -133,8 +135,8 @@ def test_seeded_choice_is_the_exact_one(big, queries):
 def test_index_is_cached_on_content_and_params(big, monkeypatch):
     exact, ann, cache = big
     _ = ann.ann
-    files = sorted((cache / "ann").glob("*.npz"))
-    assert len(files) == 1
+    folders = sorted((cache / "ann").glob("*/groups.json"))
+    assert len(folders) == 1
     monkeypatch.setattr(AnnIndex, "build", classmethod(lambda *a, **k: pytest.fail("rebuilt a cached index")))
     again = Retriever(ann.catalog, ann.embedder, embeddings=(ann.desc, ann.kw), index="ann", cache_dir=cache)
     assert again.ann.describe() == ann.ann.describe()
@@ -151,7 +153,8 @@ def test_index_is_cached_on_content_and_params(big, monkeypatch):
     kw = ann.kw.copy()
     kw[0] = kw[1]  # other content
     _ = Retriever(ann.catalog, ann.embedder, embeddings=(ann.desc, kw), index="ann", cache_dir=cache).ann
-    assert len(list((cache / "ann").glob("*.npz"))) == 3
+    assert len(list((cache / "ann").glob("*/groups.json"))) == 3
+    assert not list((cache / "ann").glob(".*"))  # no temp folder left behind
 
 
 def test_bad_settings_are_refused(bank):
@@ -161,3 +164,84 @@ def test_bad_settings_are_refused(bank):
         AnnParams(storage="pq")
     with pytest.raises(ValueError, match="nprobe must be >= 1"):
         AnnParams(nprobe=0)
+
+
+@pytest.fixture(scope="module")
+def random20k(tmp_path_factory):
+    """20,000 random grid vectors around 300 centres, stored as fp16 .npy files (exact: grid values
+    are fp16 numbers) and opened as read-only memmaps, as a 1M catalog would be."""
+    rng = np.random.default_rng(5)
+    n, d = 20_000, 384
+    centres = rng.standard_normal((300, 2, d))
+    owner = rng.integers(0, 300, n)
+    folder = tmp_path_factory.mktemp("vectors")
+    halves = []
+    for h in range(2):
+        x = centres[owner, h] + 0.6 * rng.standard_normal((n, d))
+        x = quantize(x / np.linalg.norm(x, axis=1, keepdims=True))
+        assert np.array_equal(x.astype(np.float16).astype(np.float32), x)
+        np.save(folder / f"half{h}.npy", x.astype(np.float16))
+        halves.append(np.load(folder / f"half{h}.npy", mmap_mode="r"))
+    clips = [
+        CatalogClip(
+            id=f"r{i}",
+            kind="event" if i % 5 else "background",
+            captions=["-"],
+            keywords=["-"],
+            path="",
+            duration=float(1 + i % 20),
+        )
+        for i in range(n)
+    ]
+    qo = rng.integers(0, 300, 400)
+    q = [centres[qo, h] + 0.6 * rng.standard_normal((400, d)) for h in range(2)]
+    q = [quantize(x / np.linalg.norm(x, axis=1, keepdims=True)) for x in q]
+    return Catalog("random20k", clips), tuple(halves), q[0], q[1], np.where(qo % 5, "event", "background")
+
+
+def test_chunked_list_order_add_equals_one_shot_add(random20k):
+    _, (desc, kw), _, _, _ = random20k
+    joint16 = np.concatenate([desc, kw], axis=1)  # fp16, as stored
+    joint = joint16.astype(np.float32)
+    ids = np.flatnonzero(np.arange(len(joint)) % 5 != 0)  # the event clips: 16,000
+    p = AnnParams().resolved(len(ids))
+    assert p.nlist == 256
+    one = ann_index._build_ivf(joint, ids, p, chunk=len(ids))
+    chunked = ann_index._build_ivf(joint16, ids, p, chunk=1000)  # fp16 input, 16 chunks
+    reference = faiss.clone_index(one)
+    reference.reset()
+    reference.add_with_ids(joint[ids], ids)  # faiss's own add, in clip order
+    blobs = [faiss.serialize_index(ix).tobytes() for ix in (one, chunked, reference)]
+    assert blobs[0] == blobs[1] == blobs[2]
+
+
+def test_mapped_index_agrees_with_exact_and_reloads_identically(random20k, tmp_path, monkeypatch):
+    cat, emb, qd, qk, kinds = random20k
+    exact = Retriever(cat, embeddings=emb, index="exact")
+    built = Retriever(cat, embeddings=emb, index="ann", cache_dir=tmp_path)
+    assert isinstance(
+        faiss.downcast_InvertedLists(built.ann.parts["event"][0].invlists), faiss.ArrayInvertedLists
+    )
+    ei, ev = _kind_search(exact, qd, qk, kinds, True)
+    bi, bv = _kind_search(built, qd, qk, kinds, False)
+    assert np.mean(bi[:, 0] == ei[:, 0]) >= 0.99
+    monkeypatch.setattr(AnnIndex, "build", classmethod(lambda *a, **k: pytest.fail("rebuilt a cached index")))
+    loaded = Retriever(cat, embeddings=emb, index="ann", cache_dir=tmp_path)
+    for ix, _ in loaded.ann.parts.values():  # the lists are mapped from the file, not copied
+        assert isinstance(faiss.downcast_InvertedLists(ix.invlists), faiss.OnDiskInvertedLists)
+    assert loaded.ann.describe() == built.ann.describe()
+    li, lv = _kind_search(loaded, qd, qk, kinds, False)
+    assert np.array_equal(li, bi) and np.array_equal(lv, bv)
+    c = {"min_duration": 12.0, "allow_loop": False}  # an ID filter on the mapped lists
+    bi, bv = _kind_search(built, qd, qk, kinds, False, **c)
+    li, lv = _kind_search(loaded, qd, qk, kinds, False, **c)
+    assert np.array_equal(li, bi) and np.array_equal(lv, bv)
+    ei, _ = _kind_search(exact, qd, qk, kinds, True, **c)
+    assert np.mean(li[:, 0] == ei[:, 0]) >= 0.99
+
+
+def test_auto_nlist_rule():
+    p = AnnParams()
+    assert [p.resolved(n).nlist for n in (100, 8_400, 20_000, 80_000, 800_000)] == [16, 128, 256, 1024, 1024]
+    with pytest.raises(ValueError, match="version 1"):
+        AnnParams(version=1)
