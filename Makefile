@@ -76,14 +76,22 @@ bench-quick: setup
 PEERS_PY := .venv-peers/bin/python
 PEERS_DATASET ?= casu_mini
 
+# Then the peers' real Qwen2-Audio classes (lmms-eval `qwen2_audio`, lm-eval `hf-audiolm-qwen`) with a
+# tiny random-weight Qwen2-Audio on CPU (scripts/peers_real_models.py): each request's audio must reach
+# generate as the row's FLAC, each reply be scored by CASU's parser (neither class runs on a CPU as
+# shipped; the script names each workaround it applies, README "Run CASU from lmms-eval or lm-eval").
+
 peers: setup
 	@bash scripts/setup_peers.sh
 	@test -d $(PEERS_DATASET) || $(PY) -m casu_dataset build --out $(PEERS_DATASET) --num-proc 2
 	$(PEERS_PY) scripts/peers_compare.py --dataset $(PEERS_DATASET) --out out/peers
+	$(PEERS_PY) scripts/peers_real_models.py --dataset $(PEERS_DATASET) --out out/peers_real --limit 4
 
 peers-quick: setup
 	@bash scripts/setup_peers.sh
 	$(PEERS_PY) scripts/peers_compare.py --build-small out/peers_small --out out/peers_quick
+	$(PEERS_PY) scripts/peers_real_models.py --build-small out/peers_small --out out/peers_real_quick \
+		--limit 2 --tasks contextual_reasoning,scene_description
 
 clean:
 	rm -rf demo_out bench_out .pytest_cache

@@ -37,14 +37,15 @@ pip_step() {
 pip_step pip install -q --disable-pip-version-check --upgrade "pip>=23"
 pip_step torch install -q --disable-pip-version-check torch==2.13.0
 # One resolver run for all three, so CASU's pins (transformers, numpy, ...) and the peers' ranges agree.
+# librosa: lmms-eval's audio models import it (its [audio] extra, which would also bring torchvision back).
 pip_step "lmms-eval, lm-eval and CASU" install -q --disable-pip-version-check -c "$CONSTRAINTS" \
-  -e . lmms-eval==0.7.3 lm-eval==0.4.13
+  -e . lmms-eval==0.7.3 lm-eval==0.4.13 librosa==0.11.0
 if "$VENV/bin/python" -m pip show -q torchvision >/dev/null 2>&1; then
   pip_step "(removing) torchvision" uninstall -q -y torchvision
 fi
 # From outside the repo, so the installed packages are what is tested.
 (cd /tmp && env -u PYTHONPATH HF_HUB_OFFLINE=1 "$ROOT/$VENV/bin/python" -c "
-import torch, soundfile, lmms_eval.evaluator, lmms_eval.api.registry, lm_eval, lm_eval.api.registry
+import torch, soundfile, librosa, lmms_eval.evaluator, lmms_eval.api.registry, lm_eval, lm_eval.api.registry
 import harness.peers.lmms_eval_tasks, harness.peers.lm_eval_tasks
 import harness.peers.lmms_eval_replay, harness.peers.lm_eval_replay, filelock._api
 from lmms_eval.tasks import TaskManager
