@@ -229,8 +229,12 @@ class claimed_stamp:
                         mark.unlink(missing_ok=True)  # left by a killed run: free again
                         continue
                 else:
-                    with os.fdopen(fd, "w") as f:
-                        f.write(me)
+                    try:
+                        with os.fdopen(fd, "w") as f:
+                            f.write(me)
+                    except OSError:  # a full disk: the empty claim goes, the error is the run's
+                        mark.unlink(missing_ok=True)
+                        raise
                     if not self.taken(stamp):  # not released by a run that wrote it meanwhile
                         self.mark = mark
                         return stamp
