@@ -141,7 +141,8 @@ def test_a_request_the_server_refuses_as_such_is_one_failed_sample(ds, tmp_path)
 
 def test_a_killed_concurrent_run_resumes_without_repeating_cached_requests(ds, tmp_path):
     """SIGKILL a run with 4 requests in flight: every answer that reached the cache is reused by
-    the rerun; only the requests in flight at the kill are asked again (at most `concurrency`)."""
+    the rerun; only the requests pending at the kill are asked again (at most the 2 x concurrency
+    batches the runner keeps queued)."""
     import os
     import signal
     import sqlite3
@@ -185,7 +186,10 @@ def test_a_killed_concurrent_run_resumes_without_repeating_cached_requests(ds, t
     assert rc == 0, text[-2000:]
     assert asked_again == N - cached  # nothing cached was asked again
     twice = sum(1 for v in api.answered.values() if v > 1)
-    assert len(api.answered) == N and twice <= 4, (twice, dict(api.answered))  # only the in-flight ones
+    # Only the batches still pending at the kill are asked again: at most 4 on the wire (the
+    # backend's semaphore) plus those the server had answered but the runner had not yet cached,
+    # all among the 2 x concurrency batches it keeps queued (harness/run/concurrent.py `width`).
+    assert len(api.answered) == N and twice <= 2 * 4, (twice, dict(api.answered))
 
 
 def test_a_key_the_server_echoes_reaches_no_written_file(ds, tmp_path, monkeypatch):
