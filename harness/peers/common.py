@@ -75,6 +75,12 @@ def audio(doc: dict) -> dict:
     return {"array": decode_bytes(blob, f"row {rid!r} audio", SAMPLE_RATE), "sampling_rate": SAMPLE_RATE}
 
 
+def first_reply(results) -> str:
+    """The one generated text a peer hands process_results (results[0]); "" when there is none."""
+    r = results[0] if results else ""
+    return r if isinstance(r, str) else ""
+
+
 def score_choice(task: str, doc: dict, response: str) -> dict:
     """One multiple-choice reply scored as CASU scores it: the parsed letter (None: unparsed,
     counted wrong), how it was read, and whether it is the key. The item every MCQ metric reads."""

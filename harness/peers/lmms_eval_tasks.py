@@ -31,22 +31,17 @@ def doc_to_text_for(task: str) -> Callable:
     return doc_to_text
 
 
-def _reply(results) -> str:
-    r = results[0] if results else ""
-    return r if isinstance(r, str) else ""
-
-
 def process_results_for(task: str) -> Callable:
     """The task's process_results: one item per metric."""
     kind = common.casu_task(task).output_type
 
     def process_results(doc: dict, results: list) -> dict:
         if kind == "multiple_choice":
-            item = common.score_choice(task, doc, _reply(results))
+            item = common.score_choice(task, doc, common.first_reply(results))
             # without `score`, so lmms-eval's CLT standard errors are computed for acc only
             plain = {k: v for k, v in item.items() if k != common.SCORE_KEY}
             return {"acc": item, "family_acc": plain, "unparsed_rate": plain}
-        item = common.description_item(task, doc, _reply(results))
+        item = common.description_item(task, doc, common.first_reply(results))
         return {m: item for m in ("bleu", "bertscore", "event_match", "one_minus_wer")}
 
     process_results.__name__ = f"{task}_process_results"
