@@ -48,7 +48,7 @@ def _evaluate(adapter, tasks, ds, batch_size: int, limit: int) -> dict:
             s.get("parsed"),
         )
         for recs in ev["samples"].values()
-        for s in recs
+        for s in (r.to_dict() for r in recs)  # ScoredRecords, read as their written lines
     }
     return {"row": row, "answers": answers}
 

@@ -28,7 +28,7 @@ MCQ = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfa
 
 def _responses(ds: Path, path: Path, tasks: list[str]) -> int:
     """A fixed answer per row: the bench scores them like any replies (a mix of forms)."""
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     forms = ["{k}", "Answer: {w}", "({k}) {t}", "I cannot tell.", "{k} or {w}"]
     n = 0
@@ -140,7 +140,7 @@ def run(quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         responses = tmp / "responses.jsonl"
-        from casu_dataset.dataset.reader import BuiltDataset
+        from casu_dataset.formats.reader import BuiltDataset
 
         tasks = [t for t in MCQ if BuiltDataset(ds).table(t).num_rows]  # empty configs: nothing to time
         n = _responses(ds, responses, tasks)

@@ -1,79 +1,194 @@
-"""Build throughput (scenes/s) of the same scene set: local in-process (--num-proc 1), the local
-spawn pool (--num-proc 2), and Ray tasks on a local cluster of 1 and of 2 CPUs. Every run starts
-from an empty scene cache and the same warm speech cache (TTS turns synthesised once beforehand),
-so the rows compare scene building (retrieval + mixing + encoding), model loading in the workers
-included; the Ray cluster's start-up is reported apart. The outputs must be byte-identical.
+"""The build's scale curve: seconds to build N scenes of the shipped CASU-mini v2 library (whole
+contrast families, no Whisper, realization 1 without its lock, so every row retrieves) with one
+process, the local spawn pool of 2, and Ray with 1 and 2 workers, plus Ray on a two-node cluster
+on this machine (`ray.cluster_utils.Cluster`, one CPU a node) at the smallest N.
 
-Scenes: the first 6 contrast families (24 scenes) of the shipped CASU-mini v2 library, no Whisper.
+Every row is a fresh Python process and starts from the same state: the same warm speech cache
+(one warm-up build of the largest N beforehand), an empty scene cache, no model loaded. A row's
+seconds are the whole process: imports, library, Ray's start, the model the driver loads to plan
+the retrieval, the workers' start, the scenes, the parquet files. `identical`: the output folder
+is byte-identical to the one-process row's at the same N.
+
+    python benchmarks/bench_ray_build.py [--quick]        # the curve
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+SIZES = (24, 96, 384, 1160)  # 1160: every scene of the library
+QUICK_SIZES = (8,)
+ROWS = ("one_process", "local_pool_2", "ray_1", "ray_2")
+MULTINODE = "ray_2_nodes"
+ROW_TIMEOUT_S = 3600
 
-def _bytes(folder: Path) -> dict:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
+
+def scenes_of(n: int) -> list:
+    """The first n/4 contrast families (4 variants each) of the library, by family id."""
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY, compile_families
+
+    scenes = compile_families(DEFAULT_FAMILY_LIBRARY)
+    keep = set(sorted({s.family_id for s in scenes})[: max(1, n // 4)])
+    return [s for s in scenes if s.family_id in keep]
+
+
+def build_row(row: str, n: int, out: Path, cache: Path) -> dict:
+    """One row, in this (fresh) process: the build's stage seconds and the workers' models."""
+    t0 = time.perf_counter()
+    from casu_dataset.dataset.build import build_dataset
+    from casu_dataset.dataset.config import BuildConfig
+    from casu_dataset.mix.realize import make_builder
+
+    res: dict = {"import_s": time.perf_counter() - t0}
+    t = time.perf_counter()
+    scenes = scenes_of(n)
+    res["library_s"] = time.perf_counter() - t
+    spec = {"check_speech": False, "alpha": 0.6}  # the speech cache: $CASU_CACHE's
+    kw: dict = {}
+    cluster = None
+    t = time.perf_counter()
+    if row == "local_pool_2":
+        kw = {"num_proc": 2}
+    elif row.startswith("ray"):
+        import ray
+
+        kw = {"executor": "ray"}
+        opts = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        if row == MULTINODE:
+            from ray.cluster_utils import Cluster
+
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+            cluster.add_node(num_cpus=1)
+            ray.init(address=cluster.address, **opts)
+        else:
+            ray.init(num_cpus=int(row.split("_")[1]), **opts)
+        res["ray_start_s"] = time.perf_counter() - t
+    try:
+        config = BuildConfig(out=out, cache=cache, progress=False, name="bench", max_skips=None, **kw)
+        t = time.perf_counter()
+        rep = build_dataset(config, scenes, make_builder(spec), builder_spec=spec)
+        res["build_s"] = time.perf_counter() - t
+    finally:
+        if row.startswith("ray"):
+            import ray
+
+            ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+    res.update(scenes=len(rep.built), skipped=len(rep.skipped), stages={**rep.seconds})
+    return res
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _run_row(row: str, n: int, d: Path) -> dict:
+    """A row in a fresh process; seconds: its whole wall time."""
+    out = d / f"{row}_{n}"
+    cmd = [sys.executable, __file__, "--row", row, "--scenes", str(n), "--out", str(out)]
+    cmd += ["--cache", str(d / f"cache_{row}_{n}")]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S)
+    seconds = time.perf_counter() - t
+    if p.returncode != 0:
+        raise RuntimeError(f"row {row} at N={n} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    detail = json.loads(p.stdout.strip().splitlines()[-1])
+    digest = _digest(out)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(d / f"cache_{row}_{n}", ignore_errors=True)
+    return {"seconds": seconds, "digest": digest, **detail}
+
+
+def break_even(curve: list[dict], row: str) -> int | None:
+    """The smallest N from which `row` is faster than one process at every measured N."""
+    by_n = {c["scenes"]: c for c in curve if c["row"] == "one_process"}
+    ns = sorted(c["scenes"] for c in curve if c["row"] == row)
+    secs = {c["scenes"]: c["seconds"] for c in curve if c["row"] == row}
+    winning = [n for n in ns if secs[n] < by_n[n]["seconds"]]
+    for i, n in enumerate(ns):
+        if all(m in winning for m in ns[i:]):
+            return n
+    return None
 
 
 def run(quick: bool = False) -> dict:
-    families = 1 if quick else 6
-    import ray
-
-    from casu_dataset.dataset.build import build_dataset
-    from casu_dataset.dataset.config import BuildConfig
-    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
-    from casu_dataset.mix.realize import make_builder
-
+    sizes = QUICK_SIZES if quick else SIZES
     d = Path(tempfile.mkdtemp(prefix="casu-bench-ray-"))
     try:
-        scenes = compile_families(DEFAULT_V2_DIR)
-        keep = sorted({s.family_id for s in scenes})[:families]
-        scenes = [s for s in scenes if s.family_id in keep]
-        spec = {"cache": str(d / "casu"), "check_speech": False, "alpha": 0.6}
-        os.environ["CASU_CACHE"] = str(d / "casu")
-
-        def build(name, **kw):
-            t = time.perf_counter()
-            config = BuildConfig(
-                out=d / name, cache=d / f"cache_{name}", progress=False, name="bench", max_skips=None, **kw
-            )
-            rep = build_dataset(config, scenes, make_builder(spec), builder_spec=spec)
-            return time.perf_counter() - t, rep
-
-        build("warmup")  # synthesises every turn once: later runs share the speech cache
-        res = {"scenes": len(scenes), "load_avg_1m_at_start": os.getloadavg()[0], "cpus": os.cpu_count()}
-        rows = {}
-        for name, kw in [("local_num_proc_1", {}), ("local_pool_2", {"num_proc": 2})]:
-            rows[name] = build(name, **kw)[0]
-        for n in (1, 2):
-            t = time.perf_counter()
-            ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            res[f"ray_{n}_cluster_start_s"] = time.perf_counter() - t
-            try:
-                rows[f"ray_{n}_workers"] = build(f"ray_{n}_workers", executor="ray")[0]
-            finally:
-                ray.shutdown()
-        ref = _bytes(d / "local_num_proc_1")
-        for name, s in rows.items():
-            res[f"{name}_s"] = s
-            res[f"{name}_scenes_per_s"] = len(scenes) / s
-            res[f"{name}_identical"] = _bytes(d / name) == ref
-            if name != "local_num_proc_1":  # the baseline: one process, no pool, no Ray
-                res[f"ratio_{name}_vs_num_proc_1"] = rows["local_num_proc_1"] / s
+        t = time.perf_counter()
+        _run_row("one_process", max(sizes), d)  # warm-up: every turn synthesised, every clip checked
+        res: dict = {
+            "warmup_s": time.perf_counter() - t,
+            "cpus": os.cpu_count(),
+            "load_avg_1m_at_start": os.getloadavg()[0],
+            "sizes": list(sizes),
+        }
+        curve, details = [], {}
+        for n in sizes:
+            rows = [*ROWS, MULTINODE] if n == min(sizes) else list(ROWS)
+            ref = None
+            for row in rows:
+                r = _run_row(row, n, d)
+                ref = ref or r["digest"]
+                curve.append(
+                    {
+                        "scenes": n,
+                        "row": row,
+                        "seconds": round(r["seconds"], 3),
+                        "identical": r["digest"] == ref,
+                    }
+                )
+                details[f"{row}_n{n}"] = {k: v for k, v in r.items() if k not in ("digest", "seconds")}
+                print(f"ray_build: N={n} {row}: {r['seconds']:.1f} s", file=sys.stderr, flush=True)
+        res["curve"] = curve
+        res["rows"] = details
+        one = {c["scenes"]: c["seconds"] for c in curve if c["row"] == "one_process"}
+        for c in curve:
+            if c["row"] != "one_process":
+                res[f"ratio_{c['row']}_vs_one_process_n{c['scenes']}"] = one[c["scenes"]] / c["seconds"]
+        res["break_even_n"] = {row: break_even(curve, row) for row in ROWS[1:]}
+        res["all_identical"] = all(c["identical"] for c in curve)
+        print(
+            f"ray_build: break-even N (faster than one process from there on): {res['break_even_n']}",
+            file=sys.stderr,
+            flush=True,
+        )
         return res
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str]) -> int:
+    import argparse
 
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--row", choices=[*ROWS, MULTINODE], help="run one row in this process (internal)")
+    ap.add_argument("--scenes", type=int)
+    ap.add_argument("--out")
+    ap.add_argument("--cache")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models are local: no Hub look-up in a row
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if a.row:
+        print(json.dumps(build_row(a.row, a.scenes, Path(a.out), Path(a.cache))))
+        return 0
+    print(json.dumps(run(quick=a.quick), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

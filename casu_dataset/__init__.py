@@ -3,15 +3,15 @@
 __version__ = "0.2.0"
 
 # Lazy, so `import casu_dataset` stays cheap: the loader (`casu_dataset.load(path, task)`, see
-# dataset/loading.py), the `datasets` view with decoded audio (`casu_dataset.load_dataset`,
+# formats/loading.py), the `datasets` view with decoded audio (`casu_dataset.load_dataset`,
 # dataset/hf_view.py) and the build API (`casu_dataset.build(casu_dataset.BuildConfig(out=...))`, api.py).
 _LAZY = {
-    "load": "dataset.loading",
-    "Row": "dataset.loading",
-    "LoadError": "dataset.loading",
-    "data_files": "dataset.loading",
-    "waveform": "dataset.loading",
-    "decode_audio": "dataset.loading",
+    "load": "formats.loading",
+    "Row": "formats.loading",
+    "LoadError": "formats.loading",
+    "data_files": "formats.loading",
+    "waveform": "formats.loading",
+    "decode_audio": "formats.loading",
     "load_dataset": "dataset.hf_view",
     "SoundfileAudio": "dataset.hf_view",
     "BuildConfig": "dataset.config",

@@ -49,13 +49,13 @@ def build(config: BuildConfig) -> BuildResult:
     (exit code 1) when the build itself fails (fills that cannot be retrieved, too many skipped
     scenes, a scene that contradicts the lock); nothing is written then."""
     from casu_dataset.dataset.build import BuildError, build_dataset, build_settings
-    from casu_dataset.dataset.lock import LockError, load_for, lock_path
     from casu_dataset.families.compile import compile_families, is_family_library
+    from casu_dataset.families.preflight import fill_problems, rejected_summary
+    from casu_dataset.formats.lock import LockError, load_for, lock_path
     from casu_dataset.legacy.library import compile_library
     from casu_dataset.mix.realize import make_builder
     from casu_dataset.script.scenes import library_name
     from casu_dataset.sounds.catalog import CatalogError
-    from casu_dataset.sounds.preflight import fill_problems, rejected_summary
 
     t0 = time.perf_counter()
     from casu_dataset.core.cache_layout import cache_root
@@ -212,7 +212,7 @@ def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: lis
     every (family, layer, type) before anything is built."""
     from casu_dataset.dataset.build import BuildError
     from casu_dataset.dataset.executor import unit_key
-    from casu_dataset.mix.other_recordings import variation_problems
+    from casu_dataset.mix.second_realization import variation_problems
 
     problems = variation_problems(scenes, builder.retriever)
     if not problems:

@@ -1,32 +1,31 @@
 """The contract between the dataset builder and the harness: the one place that defines what a
-CASU dataset holds and the small infrastructure both sides share.
+CASU dataset holds.
 
 - the task registry (name, short label, kind, dataset config, the agents' guide); `tasks/*.yaml`
   are validated against it, and adding a task is one `register_task` entry plus one YAML;
 - the dataset configs, the contrast-family columns, the layer and condition names, option letters;
 - the scene annotation as a typed, version-checked reader with `active_spans()`;
 - what the dataset card and the harness's results both name: the evaluation framework and the
-  one leaderboard metric per task kind;
-- shared infrastructure: the cache root, one seeded-RNG derivation, atomic writes
-  (`casu_dataset.core.atomic`) and the Hub client (`casu_dataset.core.hub`);
-- the builder's models the harness scores with (the sentence embedder, the Whisper checker and
-  its transcript normaliser), each behind a function that imports it only when called.
+  one leaderboard metric per task kind.
 
-Everything here is cheap to import (numpy only). `harness/` and `model_adapters/` import from
-`casu_dataset` only this module, `casu_dataset.dataset.reader` (the one reader of a built dataset)
-and `casu_dataset.core` (the shared infrastructure: errors, cache layout, content keys, atomic
-writes, audio I/O, loudness, redaction, the Hub client, LLM backends); tests/test_contract.py
-holds them to it.
+The shared infrastructure both sides use lives in `casu_dataset.core` (the seeded-RNG derivation
+in `core.rng`, atomic writes, the Hub client), and the builder's models the harness scores with
+(the sentence embedder, the Whisper checker and its transcript normaliser) in
+`casu_dataset.builder_models`, each behind a function that imports it only when called: this
+module imports nothing of the builder's stages, so every stage can import it.
+
+Everything here is cheap to import (the standard library only). `harness/` and `model_adapters/`
+import from `casu_dataset` only this module, `casu_dataset.formats.reader` (the one reader of a
+built dataset), `casu_dataset.builder_models` and `casu_dataset.core` (the shared
+infrastructure: errors, cache layout, content keys, seeded streams, atomic writes, audio I/O,
+loudness, redaction, the Hub client, LLM backends); tests/test_contract.py holds them to it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Literal
-
-import numpy as np
 
 from casu_dataset.core.errors import CasuError, LoadError
 
@@ -297,53 +296,3 @@ class SceneAnnotation:
             else:
                 merged.append([a, b])
         return [(a, b) for a, b in merged]
-
-
-# ---------------------------------------------------------------- shared infrastructure
-
-
-def key_int(key: str, nbytes: int = 8, byteorder: Literal["little", "big"] = "little") -> int:
-    """The first `nbytes` of sha256(key) as an integer."""
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:nbytes], byteorder)
-
-
-def derive_rng(
-    seed: int | None, key: str, *salt: int, nbytes: int = 8, byteorder: Literal["little", "big"] = "little"
-) -> np.random.Generator:
-    """One independent, reproducible stream per (seed, key[, salt]): a draw never depends on what
-    else is built or in what order. `nbytes`/`byteorder` keep the streams of dataset 2.x
-    bit-compatible (the mixer uses 8 little-endian bytes, voices and retrieval 4 big-endian)."""
-    parts = ([int(seed)] if seed is not None else []) + [key_int(key, nbytes, byteorder), *salt]
-    return np.random.default_rng(parts)
-
-
-# ---------------------------------------------------------------- the builder's models, imported on use
-
-
-def sentence_embedder(model: str | None = None, device: str = "cpu"):
-    """The retrieval's sentence embedder (casu_dataset.sounds.retrieval.Embedder; sentence-transformers)."""
-    from casu_dataset.sounds.retrieval import Embedder
-
-    return Embedder(model, device=device)
-
-
-def whisper_checker(model_path: str | None = None, device: str = "cpu"):
-    """The speech layer's Whisper transcriber (casu_dataset.speech.intelligibility.WhisperChecker;
-    faster-whisper). RuntimeError when the model cannot be loaded."""
-    from casu_dataset.speech.intelligibility import WhisperChecker
-
-    return WhisperChecker(model_path, device=device)
-
-
-def normalize_transcript(text: str) -> str:
-    """Whisper's English normaliser, as the speech layer's intelligibility check applies it."""
-    from casu_dataset.speech.intelligibility import normalize
-
-    return normalize(text)
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """WER of `hypothesis` against `reference`, both normalised (jiwer); ValueError on an empty reference."""
-    from casu_dataset.speech.intelligibility import wer
-
-    return wer(reference, hypothesis)

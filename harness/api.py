@@ -15,81 +15,35 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness.config import VERBOSITY, EvalConfig, UsageError, apply_seeds, check_device, world_size
+from harness.paths import check_no_collision, check_paths, output_target
+from harness.results import Results
+from harness.run_config import run_config
+
+if TYPE_CHECKING:
+    from harness.run.schema import Evaluation, ModelRecord, ResultsDocument, Robustness
 from model_adapters.base import Adapter, AdapterError, ModelArgsError, parse_model_args
+
+# The public names: simple_evaluate and what it returns here; Results, the path checks and the
+# config block live in modules named for them and are re-exported for existing callers.
+__all__ = [
+    "QUIET_LOGGERS",
+    "EvalConfig",
+    "Results",
+    "UsageError",
+    "check_paths",
+    "make_judge",
+    "robustness_block",
+    "run_config",
+    "set_verbosity",
+    "simple_evaluate",
+]
 
 log = logging.getLogger("harness")
 # Third-party loggers held at WARNING even under --verbosity DEBUG.
 QUIET_LOGGERS = ("matplotlib", "PIL", "urllib3", "filelock", "fsspec", "httpx", "httpcore", "asyncio")
-
-
-class Results(dict):
-    """What `simple_evaluate` returns: lm-eval's results dict (`res["results"][task]["acc,none"]`,
-    `res["config"]`, `res["versions"]`, `res["n-samples"]`, ..., and `res["samples"]` in lm-eval's
-    sample schema with `log_samples`; exactly lm-eval's `results_<date>.json`, see
-    harness/RESULTS.md), plus CASU's own:
-
-    - `document`: CASU's results document (casu_results_<date>.json; `res.results` is its
-      task -> condition -> metrics, `res["model"]`, `res["timing"]`, ... read it for keys lm-eval
-      does not have);
-    - `samples`: CASU's per-task sample records (casu_samples_<task>_<date>.jsonl);
-    - `path`: CASU's JSON as written (None without output_path); `pushed`: what the push at the
-      end of the run sent (None when none was asked for); `table()`: table 1."""
-
-    def __init__(
-        self,
-        document: dict,
-        samples: dict[str, list[dict]] | None = None,
-        path: Path | None = None,
-        main_process: bool = True,
-        pushed: dict | None = None,
-        log_samples: bool = False,
-    ):
-        from harness.output.lmeval import sample_lines, view
-        from harness.scoring.records import as_dict
-
-        super().__init__(view(document))
-        self.document = document
-        # plain dicts, as written to casu_samples_*.jsonl (scoring's ScoredRecords, read out)
-        self.samples = {t: [as_dict(r) for r in recs] for t, recs in (samples or {}).items()}
-        self.path = path
-        self.main_process = main_process  # False on the non-main ranks of a distributed run (nothing written)
-        # --hf_hub_log_args push_results_to_hub=true: what push.push_after_run sent (repo, operations,
-        # pushed) or, when the Hub failed, `error` and `retry`; None when no push was asked for
-        self.pushed = pushed
-        self.wandb: str | None = None  # --wandb_args: the W&B run's URL (or offline folder)
-        if log_samples:
-            gen = document.get("generation") or {}
-            self["samples"] = {t: sample_lines(t, recs, gen.get(t)) for t, recs in self.samples.items()}
-
-    def __missing__(self, key):
-        return self.document[key]  # CASU's keys lm-eval does not have (model, timing, errors, ...)
-
-    def __repr__(self) -> str:
-        return (
-            f"Results(model={self.get('model_name')!r}, tasks={list(self.get('results', {}))}, "
-            f"status={self.document.get('status')!r}, path={str(self.path) if self.path else None!r})"
-        )
-
-    @property
-    def results(self) -> dict:
-        """CASU's task -> condition -> metrics (`res["results"]` is lm-eval's task -> "acc,none")."""
-        return self.document["results"]
-
-    @property
-    def errors(self) -> list[dict]:
-        return self.document["errors"]
-
-    def lm_eval_view(self) -> dict:
-        """lm-eval's results JSON as written (`results_<date>.json`), without `samples`."""
-        return {k: v for k, v in self.items() if k != "samples"}
-
-    def table(self) -> str:
-        from harness.output.results import table1
-
-        return table1(self.document)
 
 
 def set_verbosity(level: str | None) -> None:
@@ -121,79 +75,6 @@ def make_judge(name: str | None):
     raise UsageError(f"--judge {name!r}: use 'local' or 'openai'")
 
 
-def _check_no_collision(output_path, cache, dataset, robustness_dataset) -> None:
-    """UsageError when --output_path or --cache is, holds or lies inside a dataset folder (the run
-    would write its results and cache into the data it reads)."""
-    from casu_dataset.core.paths import collision, describe
-
-    local = {
-        flag: d
-        for flag, d in (("--dataset", dataset), ("--robustness_dataset", robustness_dataset))
-        if d is not None and os.path.exists(os.path.expanduser(str(d)))
-    }
-    outs = {"--output_path": output_path, "--cache": cache if cache not in (None, "off") else None}
-    clash = collision(outs, local)
-    if clash:
-        raise UsageError(describe(clash))
-
-
-def _check_creatable(out: str) -> None:
-    """UsageError unless --output_path is a folder this process can write, or can be made: its
-    nearest existing ancestor is a writable folder. Nothing is created here: a run that fails
-    before it writes leaves no empty folder behind."""
-    p = Path(os.path.abspath(os.path.expanduser(out)))
-    probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UsageError(f"--output_path {out}: {probe} is a file, so the folder cannot be created")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        what = "folder" if probe == p else f"folder ({probe} is not writable)"
-        raise UsageError(f"--output_path {out}: cannot create the {what} (Permission denied)")
-
-
-def check_paths(output_path: str | None, cache: str | None) -> None:
-    """UsageError when --output_path or --cache cannot be used (nothing is created)."""
-    out = output_path
-    if out is not None:
-        if out.lower().endswith((".json", ".jsonl")) and not os.path.isdir(out):
-            raise UsageError(
-                f"--output_path {out}: give a folder, not a file name (a run writes several files "
-                f"under <folder>/<model>/: lm-eval's results_<date>.json, CASU's casu_results_<date>.json, "
-                f"sample logs, report, plots); e.g. --output_path {os.path.splitext(out)[0] or 'results'}"
-            )
-        _output_target(out, f"--output_path {out}", "folder")  # a link loop, a dangling link, a FIFO
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise UsageError(f"--output_path {out}: is a file, not a folder")
-        _check_creatable(out)
-    if cache and cache != "off":
-        if os.path.isdir(cache):
-            raise UsageError(
-                f"--cache {cache}: is a folder; give a file path (e.g. {os.path.join(cache, 'cache.sqlite')})"
-            )
-        _output_target(cache, f"--cache {cache}", "file")
-        if os.path.isfile(cache) and os.path.getsize(cache) > 0:
-            with open(cache, "rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    raise UsageError(
-                        f"--cache {cache}: not a SQLite database (the harness's response cache); "
-                        "give a new file name or 'off'"
-                    )
-
-
-def _output_target(path: str, what: str, kind: str) -> Path:
-    """The real place an output path names (casu_dataset.core.paths.output_target): a symlink loop,
-    a link to nothing, or a FIFO or device in its place is a UsageError naming it and its target."""
-    from casu_dataset.core.paths import PathProblem, output_target
-
-    try:
-        return output_target(path, what, kind)
-    except PathProblem as err:
-        raise UsageError(str(err)) from None
-
-
 def _tasks(tasks, include_path):
     from harness.task.config import TaskConfig, TaskConfigError, load_tasks, select_tasks, with_builtins
 
@@ -222,7 +103,7 @@ def _conditions(conditions: str):
 def _open_data(dataset: str, tasks, seed: int, full_check: bool = False, flag: str = "--dataset"):
     """The dataset checked for `tasks`; `flag` (`--dataset`, `dataset_path (FILE)`, ...) names where
     it came from in every error."""
-    from casu_dataset.dataset.reader import LoadError, is_local
+    from casu_dataset.formats.reader import LoadError, is_local
     from harness.run.data import CasuData
 
     if is_local(dataset) and os.path.lexists(os.path.expanduser(str(dataset))):
@@ -261,50 +142,6 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False, flag: s
         )
         raise LoadError(f"{flag} {dataset}: cannot load it from the Hub{offline}: {err}") from None
     return data
-
-
-def run_config(
-    tasks,
-    conditions,
-    *,
-    scene_hint,
-    scoring,
-    circular,
-    batch_size,
-    limit,
-    seed,
-    judge_fp,
-    gen_kwargs=None,
-    hf_hub_log_args=None,
-    system_instruction=None,
-    chat_template=None,
-) -> dict:
-    """The `config` block of the results document; `task_configs` is each task's full resolved YAML;
-    `chat_template` is the adapter's effective --apply_chat_template setting
-    (Adapter.chat_template_setting)."""
-    return {
-        "tasks": [t.task for t in tasks],
-        "task_versions": {t.task: t.version for t in tasks},
-        "task_configs": {t.task: t.resolved() for t in tasks},
-        "conditions": [c.name for c in conditions],
-        "scene_hint": scene_hint,
-        "scoring": scoring,
-        "circular": circular,
-        "batch_size": batch_size,
-        "limit": limit,
-        "seed": seed,
-        "judge": judge_fp,
-        "world_size": world_size(),
-        "gen_kwargs": gen_kwargs or {},
-        "hf_hub_log_args": hf_hub_log_args or {},
-        "system_instruction": system_instruction,
-        **(
-            chat_template
-            or {"apply_chat_template": None, "chat_template_name": None, "chat_template_how": None}
-        ),
-        "num_fewshot": 0,
-        "fewshot_as_multiturn": False,
-    }
 
 
 def simple_evaluate(
@@ -377,7 +214,8 @@ def simple_evaluate(
 def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     from harness.config import resolve_batch_size
     from harness.output import hub
-    from harness.output.results import document, run_groups, write_outputs
+    from harness.output.document import document, run_groups
+    from harness.output.writer import write_outputs
     from harness.run.evaluate import evaluate
     from harness.run.runner import distributed_state
     from harness.scoring import metrics
@@ -436,19 +274,21 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
             check_available()
         except ImportError as err:
             raise UsageError(str(err)) from None
-    _check_no_collision(output_path, cache, dataset, robustness_dataset)
+    check_no_collision(output_path, cache, dataset, robustness_dataset)
     check_paths(output_path, cache)
     log.info(
         "tasks %s; conditions %s; dataset %s", [t.task for t in task_list], [x.name for x in conds], dataset
     )
     data = _open_data(dataset, task_list, c.seed, c.check_integrity, dataset_flag)
-    data2 = None
+    second_data = None  # --robustness_dataset: the second realization, evaluated the same way
     if robustness_dataset is not None:
-        data2 = _open_data(robustness_dataset, task_list, c.seed, c.check_integrity, "--robustness_dataset")
+        second_data = _open_data(
+            robustness_dataset, task_list, c.seed, c.check_integrity, "--robustness_dataset"
+        )
         same_path = os.path.realpath(os.path.expanduser(robustness_dataset)) == os.path.realpath(
             os.path.expanduser(dataset)
         )
-        ids = (data.identity or {}).get("sha256"), (data2.identity or {}).get("sha256")
+        ids = (data.identity or {}).get("sha256"), (second_data.identity or {}).get("sha256")
         if same_path or (ids[0] is not None and ids[0] == ids[1]):
             raise UsageError(
                 f"--robustness_dataset {robustness_dataset}: the same data as --dataset {dataset} (dataset "
@@ -478,15 +318,15 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
     batch = resolve_batch_size(c.batch_size, str(raw_args.get("device") or "cpu"), c.max_batch_size)
     iters = metrics.BOOTSTRAP if c.bootstrap_iters is None else c.bootstrap_iters
     token = metrics.BOOTSTRAP_ITERS.set(iters)
-    ev2 = None
+    second_ev = None
     try:
         robustness: dict | None = None
-        if data2 is not None:  # the second realization first: its records feed recording_consistency
+        if second_data is not None:  # the second realization first: its records feed recording_consistency
             log.info("evaluating the second realization %s", robustness_dataset)
-            ev2 = evaluate(
+            second_ev = evaluate(
                 adapter,
                 task_list,
-                data2,
+                second_data,
                 c.replace(probe=False),
                 cache_obj,
                 conditions=conds,
@@ -494,9 +334,9 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
                 batch=batch,
             )
             robustness = {}
-            for t, recs in ev2["samples"].items():
+            for t, recs in second_ev["samples"].items():
                 for r in recs:
-                    robustness.setdefault((t, r["condition"]), []).append(r)
+                    robustness.setdefault((t, r.condition), []).append(r)
         ev = evaluate(
             adapter,
             task_list,
@@ -510,18 +350,15 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         )
     finally:
         metrics.BOOTSTRAP_ITERS.reset(token)
-    if ev2 is not None:
-        _check_paired(ev, ev2, dataset, robustness_dataset)
+    if second_ev is not None:
+        _check_paired(ev, second_ev, dataset, robustness_dataset)
     ended = time.time()
     if c.write_out:
         for t, recs in ev["samples"].items():
             if recs:
-                print(
-                    f"--- {t}: first prompt ({recs[0]['id']}, {recs[0]['condition']}) "
-                    f"---\n{recs[0]['prompt']}"
-                )
+                print(f"--- {t}: first prompt ({recs[0].id}, {recs[0].condition}) ---\n{recs[0].prompt}")
     dist = distributed_state()
-    info = {
+    info: ModelRecord = {
         "name": name,
         "args": checked_args,
         "info": adapter.info(),
@@ -558,7 +395,7 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         torch_random_seed=c.torch_random_seed,
         fewshot_random_seed=c.fewshot_random_seed,
     )
-    if ev2 is not None:
+    if second_ev is not None:
         run["robustness_dataset"] = robustness_dataset
     doc = document(
         ev,
@@ -568,10 +405,10 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         run_times={"start": started, "end": ended},
         groups=run_groups(task_list),
     )
-    if ev2 is not None:
-        doc["robustness"] = robustness_block(ev, ev2, dataset, str(robustness_dataset), c.seed)
-        if ev2["errors"]:  # failed on the second realization: the run has errors too (exit 4, rerun)
-            doc["errors"] = doc["errors"] + [dict(e, dataset="realization2") for e in ev2["errors"]]
+    if second_ev is not None:
+        doc["robustness"] = robustness_block(ev, second_ev, dataset, str(robustness_dataset), c.seed)
+        if second_ev["errors"]:  # failed on the second realization: the run has errors too (exit 4, rerun)
+            doc["errors"] = doc["errors"] + [{**e, "dataset": "realization2"} for e in second_ev["errors"]]
             doc["n_errors"], doc["status"] = len(doc["errors"]), "errors"
     res = Results(
         doc, ev["samples"], main_process=dist is None or dist.is_main_process, log_samples=c.log_samples
@@ -591,19 +428,19 @@ def _evaluate(config: EvalConfig, on_cleaned, evaluation_tracker) -> Results:
         log.info("wrote %s", res.path)
         res.pushed = hub.push_after_run(res.path, c.hf_hub_log_args, token=os.environ.get("HF_TOKEN"))
     if c.wandb_args is not None and res.main_process:
-        res.wandb = _log_wandb(doc, ev["samples"] if c.log_samples else None, c.wandb_args, res.path)
+        res.wandb = _log_wandb(doc, res.samples if c.log_samples else None, c.wandb_args, res.path)
     return res
 
 
-def _check_paired(ev: dict, ev2: dict, dataset, robustness_dataset) -> None:
+def _check_paired(ev: Evaluation, second_ev: Evaluation, dataset, robustness_dataset) -> None:
     """Refuse a second realization whose questions are not the first one's (by row id)."""
-    if ev["dataset_fingerprint"] == ev2["dataset_fingerprint"]:
+    if ev["dataset_fingerprint"] == second_ev["dataset_fingerprint"]:
         raise UsageError(
             f"--robustness_dataset {robustness_dataset}: the same bytes as --dataset {dataset}; give the "
             "second realization (`python -m casu_dataset build --realization 2`)"
         )
-    ids1 = {r["id"] for recs in ev["samples"].values() for r in recs}
-    ids2 = {r["id"] for recs in ev2["samples"].values() for r in recs}
+    ids1 = {r.id for recs in ev["samples"].values() for r in recs}
+    ids2 = {r.id for recs in second_ev["samples"].values() for r in recs}
     if ids1 and not ids1 & ids2:
         raise UsageError(
             f"--robustness_dataset {robustness_dataset}: none of its question ids is in --dataset {dataset}: "
@@ -611,17 +448,24 @@ def _check_paired(ev: dict, ev2: dict, dataset, robustness_dataset) -> None:
         )
 
 
-def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str, seed: int = 0) -> dict:
+def robustness_block(
+    ev: Evaluation, second_ev: Evaluation, dataset: str, robustness_dataset: str, seed: int = 0
+) -> Robustness:
     """The results document's `robustness`: both datasets, the second realization's results and
     recording_consistency over all multiple-choice tasks together, per condition (a family counts
     as the same only if every question of every task it has is)."""
     from harness.scoring.metrics import recording_consistency
 
     overall: dict[str, dict] = {}
-    conds = list(dict.fromkeys(r["condition"] for recs in ev["samples"].values() for r in recs))
+    conds = list(dict.fromkeys(r.condition for recs in ev["samples"].values() for r in recs))
     for c in conds:
-        a = [r for recs in ev["samples"].values() for r in recs if r["condition"] == c and r.get("options")]
-        b = [r for recs in ev2["samples"].values() for r in recs if r["condition"] == c and r.get("options")]
+        a = [r.to_dict() for recs in ev["samples"].values() for r in recs if r.condition == c and r.options]
+        b = [
+            r.to_dict()
+            for recs in second_ev["samples"].values()
+            for r in recs
+            if r.condition == c and r.options
+        ]
         v = recording_consistency(a, b, seed=seed)
         if v is not None:
             overall[c] = v
@@ -634,12 +478,12 @@ def robustness_block(ev: dict, ev2: dict, dataset: str, robustness_dataset: str,
         },
         "realization2": {
             "path": robustness_dataset,
-            "fingerprint": ev2["dataset_fingerprint"],
-            "identity": ev2.get("dataset_identity"),
-            "results": ev2["results"],
-            "evaluated": ev2["evaluated"],
-            "n_errors": len(ev2["errors"]),
-            "errors": ev2["errors"],
+            "fingerprint": second_ev["dataset_fingerprint"],
+            "identity": second_ev.get("dataset_identity"),
+            "results": second_ev["results"],
+            "evaluated": second_ev["evaluated"],
+            "n_errors": len(second_ev["errors"]),
+            "errors": second_ev["errors"],
         },
         "overall": overall,
     }
@@ -658,7 +502,7 @@ def _check_sampling(tasks, cls, name: str) -> None:
                 )
 
 
-def _log_wandb(doc: dict, samples, wandb_args: dict, path) -> str | None:
+def _log_wandb(doc: ResultsDocument, samples, wandb_args: dict, path) -> str | None:
     """--wandb_args: the finished run logged to W&B; a failure there is one warning line, the
     results already written stay (None)."""
     from harness.output.wandb_log import log_run
@@ -722,7 +566,7 @@ def _open_cache(cache: str | None, output_path, on_cleaned, cache_requests: str 
     if cache == "off" or (cache is None and output_path is None):
         return None
     path = cache or os.path.join(str(output_path), "cache.sqlite")
-    _output_target(path, f"--cache {path}", "file")
+    output_target(path, f"--cache {path}", "file")
     if cache_requests == "delete" and os.path.isfile(path):
         os.remove(path)
         log.info("--cache_requests delete: removed %s", path)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from casu_dataset.contract import LETTERS, derive_rng
+from casu_dataset.contract import LETTERS
+from casu_dataset.core.rng import derive_rng
 from model_adapters.base import Adapter, GenerationSettings, Request
 from model_adapters.cascade import Cascade
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class _Transcriber(Protocol):
-    """contract.whisper_checker's result (the harness imports only the contract, not the speech stage)."""
+    """builder_models.whisper_checker's result (the harness imports the models, not the speech stage)."""
 
     def transcribe(self, audio) -> str: ...
 
@@ -165,7 +165,7 @@ class Cascade(Adapter):
         if self.transcriber_name == "none":
             return None
         if self._asr is None:
-            from casu_dataset.contract import whisper_checker
+            from casu_dataset.builder_models import whisper_checker
 
             if self.transcriber_model:
                 source = f"--model_args transcriber_model={self.transcriber_model}"

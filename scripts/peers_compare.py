@@ -50,9 +50,13 @@ def build_small(out: Path) -> Path:
         return data
     import yaml
 
-    from casu_dataset.families.compile import DEFAULT_V2_DIR
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY
 
-    docs = {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    docs = {
+        f["id"]: f
+        for p in sorted(DEFAULT_FAMILY_LIBRARY.glob("*.yaml"))
+        for f in yaml.safe_load(p.read_text())
+    }
     out.mkdir(parents=True, exist_ok=True)
     lib = out / "families.yaml"
     lib.write_text(yaml.safe_dump([docs[f] for f in SMALL_FAMILIES], sort_keys=False))
@@ -63,7 +67,7 @@ def build_small(out: Path) -> Path:
 
 def rows_of(dataset: Path) -> dict[str, list[dict]]:
     """Every task's rows (audio left out), read as CASU reads them."""
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
     from harness.peers.common import TASKS
 
     ds = BuiltDataset(dataset)

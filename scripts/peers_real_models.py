@@ -77,7 +77,7 @@ def expected_rows(dataset: Path) -> dict[tuple[str, str], dict]:
     of the samples) and CASU's prompt, keyed for matching the requests the model saw."""
     import soundfile as sf
 
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
     from harness.peers.common import TASKS, prompt
 
     ds = BuiltDataset(dataset)

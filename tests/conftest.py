@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import call_main, harness_cli, harness_run  # noqa: F401  (tests import them from here too)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -122,9 +123,10 @@ def shipped_families() -> dict[str, dict]:
     """The shipped v2 library's family documents by id, as written in its YAML files."""
     import yaml
 
-    from casu_dataset.families.compile import DEFAULT_V2_DIR
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY
 
-    return {f["id"]: f for p in sorted(DEFAULT_V2_DIR.glob("*.yaml")) for f in yaml.safe_load(p.read_text())}
+    files = sorted(DEFAULT_FAMILY_LIBRARY.glob("*.yaml"))
+    return {f["id"]: f for p in files for f in yaml.safe_load(p.read_text())}
 
 
 def build_small(out: Path, lib_dir: Path):
@@ -247,44 +249,6 @@ def _forget_registered_secrets():
     from casu_dataset.core import redact
 
     redact._EXTRA.clear()
-
-
-def call_main(main, argv) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of a CLI `main(argv)` run in this process."""
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def harness_cli(*argv) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `python -m harness ARGV`, run in this process."""
-    from harness.cli import main
-
-    return call_main(main, argv)
-
-
-def harness_run(ds, out, *argv, model="random") -> tuple[int, str, str]:
-    """`harness_cli` evaluating role_inference of `ds` into `out`, quiet and without the audio probe."""
-    return harness_cli(
-        "--model",
-        model,
-        "--tasks",
-        "role_inference",
-        "--dataset",
-        str(ds),
-        "--output_path",
-        str(out),
-        "--quiet",
-        "--no_probe",
-        *argv,
-    )
 
 
 def tiny_dataset(out: Path, n: int, tag: str, answer: str = "A") -> Path:

@@ -72,10 +72,11 @@ def tts(spec: dict) -> dict:
 def mix(spec: dict) -> dict:
     import hashlib
 
-    from casu_dataset.dataset.lock import lock_path, read_lock, realize_locked
-    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY, compile_families
+    from casu_dataset.formats.lock import lock_path, read_lock
     from casu_dataset.mix.mixer import MixConfig
     from casu_dataset.mix.realize import SceneBuilder
+    from casu_dataset.mix.realize_locked import realize_locked
     from casu_dataset.sounds.catalog import Catalog
     from casu_dataset.sounds.retrieval import Retriever
     from casu_dataset.speech.layer import SpeechSynth
@@ -86,8 +87,10 @@ def mix(spec: dict) -> dict:
     b = SceneBuilder(
         Retriever(Catalog.embedded(), cache_dir=cache), SpeechSynth(cache), VoiceRegistry(), MixConfig()
     )
-    scenes = {s.script.id: s for s in compile_families(DEFAULT_V2_DIR)}
-    locks = {r: read_lock(lock_path(DEFAULT_V2_DIR, r)) for r in {s["realization"] for s in spec["scenes"]}}
+    scenes = {s.script.id: s for s in compile_families(DEFAULT_FAMILY_LIBRARY)}
+    locks = {
+        r: read_lock(lock_path(DEFAULT_FAMILY_LIBRARY, r)) for r in {s["realization"] for s in spec["scenes"]}
+    }
     out = {}
     for s in spec["scenes"]:
         entry = locks[s["realization"]].entry(s["scene_id"])

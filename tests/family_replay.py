@@ -17,10 +17,10 @@ from collections import Counter
 
 import yaml
 
-from casu_dataset.families.agents import prompt_kind
-from casu_dataset.families.compile import DEFAULT_V2_DIR
+from casu_dataset.agents.families import prompt_kind
+from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY
 
-LIBRARY = {f["id"]: f for f in yaml.safe_load((DEFAULT_V2_DIR / "01_home_school.yaml").read_text())}
+LIBRARY = {f["id"]: f for f in yaml.safe_load((DEFAULT_FAMILY_LIBRARY / "01_home_school.yaml").read_text())}
 SOURCE = {"slot": LIBRARY["hs_catch_everyone_inside"], "crossed": LIBRARY["hs_gate_mum_or_miss"]}
 TASK = "counterfactual_reasoning"  # both source families have a question for it
 _SCENE_ID = re.compile(r'"id": ?"([a-z0-9_]+)\.([a-z0-9_.]+)"')

@@ -4,12 +4,12 @@ the API adapter against a real `transformers serve` process, the cascade and bas
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tiny_models as tiny
 from conftest import transformers_serve
+from helpers import harness_cli
 
 from model_adapters import AdapterError, GenerationSettings, Request, make_adapter
 from model_adapters.openai_audio import RequestFailed
@@ -104,7 +104,7 @@ def test_salmonn_needs_a_checkout(tmp_path, monkeypatch):
 def test_selecting_a_model_imports_only_what_it_needs():
     code = (
         "import sys; from model_adapters import make_adapter; a = make_adapter('random'); "
-        "import harness.run.evaluate, harness.run.runner, harness.output.results; "
+        "import harness.run.evaluate, harness.run.runner, harness.output.writer; "
         "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'faster_whisper') if m in "
         "sys.modules))"
     )
@@ -198,13 +198,8 @@ def test_openai_audio_request_shape_and_key(monkeypatch):
 def test_harness_list_shows_every_adapter():
     from model_adapters.registry import adapter_names
 
-    out = subprocess.run(
-        [sys.executable, "-m", "harness", "list"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).resolve().parents[1],
-    ).stdout
+    rc, out, err = harness_cli("list")
+    assert rc == 0, err
     for name in adapter_names():
         assert f"  {name} " in out
     assert "qwen2.5-omni" in out and "PEB" in out

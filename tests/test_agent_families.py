@@ -21,16 +21,16 @@ import pytest
 from family_replay import TASK, ReplayBackend, default_reply, seat
 
 from casu_dataset import cli
-from casu_dataset.core.llm.backends import OpenAIBackend
-from casu_dataset.families import compile as lib
-from casu_dataset.families import validity as family_validity
-from casu_dataset.families.agents import bank_types, make_briefs, pmap, prompt_kind
-from casu_dataset.families.panel import (
+from casu_dataset.agents.families import bank_types, make_briefs, pmap, prompt_kind
+from casu_dataset.agents.panel import (
     Panel,
     generate_families,
     run_family,
     write_outputs,
 )
+from casu_dataset.core.llm.backends import OpenAIBackend
+from casu_dataset.families import compile as lib
+from casu_dataset.families import validity as family_validity
 from casu_dataset.families.validity import check_scenes
 from casu_dataset.sounds.catalog import Catalog
 

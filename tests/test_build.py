@@ -239,6 +239,10 @@ def test_num_proc_builds_the_same_bytes(built, work):
     assert rep6.built == rep.built
     a, b = _bytes(out), _bytes(work / "mp")
     assert [k for k in a if a[k] != b.get(k)] == []
+    # The driver planned the retrieval and the speech (and its Whisper checks) is cached: the
+    # workers loaded no model at all (not sentence-transformers, not Whisper, no TTS engine).
+    models = rep6.workers["worker_models"]
+    assert models and all(m == [] for m in models.values()), models
 
 
 def _read_all(folder: Path) -> dict:
@@ -484,7 +488,7 @@ def test_the_test_session_is_hermetic():
 
 def test_configs_stream_into_several_shards_and_old_shards_go(built, work, monkeypatch):
     import casu_dataset.dataset.build as build
-    from casu_dataset.dataset.loading import load
+    from casu_dataset.formats.loading import load
 
     out = built[0]
     target = work / "sharded"
@@ -508,7 +512,7 @@ def test_never_more_worker_processes_than_units_of_work(monkeypatch, tmp_path):
 
     started = []
     monkeypatch.setattr(
-        executor, "_prebuild_parallel", lambda units, *a, **k: started.append((len(units), a[3]))
+        executor, "PoolRun", lambda units, *a, **k: started.append((len(units), a[3]))
     )
     spec = {"cache": str(tmp_path)}
     executor.prebuild([["family a"]], 0, tmp_path, num_proc=3, builder_spec=spec, progress=False)

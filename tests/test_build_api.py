@@ -155,8 +155,8 @@ def test_library_errors_name_config_fields_and_the_cli_its_flags(tmp_path):
     from casu_dataset.cli.common import long_flag
     from casu_dataset.core.hub import HubError, check_repo_id
     from casu_dataset.dataset.build import BuildError, FolderWriter, shard_of
-    from casu_dataset.dataset.lock import LOCK_FORMAT, LOCK_VERSION, LockError, load_for, lock_path
     from casu_dataset.dataset.publish import plan_push
+    from casu_dataset.formats.lock import LOCK_FORMAT, LOCK_VERSION, LockError, load_for, lock_path
 
     lib = tmp_path / "lib.yaml"
     lib.write_text("[]\n")

@@ -256,8 +256,8 @@ def rejected_intended_case(c: Ctx) -> Outcome:
 def rejected_counted(c: Ctx) -> Outcome:
     """8 rejected clips are in build_report.json's settings and in the card text."""
     from casu_dataset.dataset.build import build_settings
+    from casu_dataset.families.preflight import rejected_text
     from casu_dataset.mix.realize import make_builder
-    from casu_dataset.sounds.preflight import rejected_text
 
     b = make_builder(
         {

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from casu_dataset import contract
+from casu_dataset import builder_models, contract
+from casu_dataset.core.rng import derive_rng
 
 
 def _draws(rng):
@@ -17,17 +18,17 @@ def test_rng_streams_are_pinned():
     from harness.run.conditions import noise_rng
 
     assert _draws(scene_rng(3, "park_01")) == [290725727, 1721567380, 757751983]
-    assert _draws(contract.derive_rng(3, "park_01/event:e1", 0x5EED, nbytes=4, byteorder="big")) == [
+    assert _draws(derive_rng(3, "park_01/event:e1", 0x5EED, nbytes=4, byteorder="big")) == [
         2864405823,
         2987071988,
         1763231104,
     ]  # realize: retrieval tie-breaks
-    assert _draws(contract.derive_rng(3, "park_01", 0x70CE, nbytes=4, byteorder="big")) == [
+    assert _draws(derive_rng(3, "park_01", 0x70CE, nbytes=4, byteorder="big")) == [
         1231582514,
         2700514821,
         2836686789,
     ]  # speech layer: voice assignment
-    assert _draws(contract.derive_rng(3, "slt", nbytes=4, byteorder="big")) == [
+    assert _draws(derive_rng(3, "slt", nbytes=4, byteorder="big")) == [
         129784894,
         2504085850,
         3349034858,
@@ -106,9 +107,10 @@ def test_one_repo_id_check_for_dataset_and_results_push():
         plan_push("unused", "org/a--b")
 
 
-# What harness/ and model_adapters/ may import from casu_dataset: the contract, the reader and the
-# shared infrastructure (casu_dataset.core); everything else of the builder comes through the contract.
-ALLOWED = {"casu_dataset.contract", "casu_dataset.dataset.reader"}
+# What harness/ and model_adapters/ may import from casu_dataset: the contract, the reader, the
+# builder's models (imported on use) and the shared infrastructure (casu_dataset.core); everything
+# else of the builder comes through those.
+ALLOWED = {"casu_dataset.contract", "casu_dataset.formats.reader", "casu_dataset.builder_models"}
 
 
 def _allowed(module: str) -> bool:
@@ -172,6 +174,10 @@ def test_harness_imports_only_the_contract(tmp_path):
 
 # The harness's stages, in the order data flows: a module imports only its own stage or earlier ones.
 HARNESS_STAGES = ["config", "scoring", "task", "run", "output", "api", "peers", "cli"]
+# Modules split out of api.py (Results, the path checks, the config block): the api's stage.
+API_PARTS = ("results", "paths", "run_config")
+# The flag-value parsers EvalConfig is built from: the config's stage.
+CONFIG_PARTS = ("flag_values",)
 
 
 def _harness_imports() -> dict[str, set[str]]:
@@ -196,6 +202,7 @@ def _harness_imports() -> dict[str, set[str]]:
 
 def _stage(module: str) -> int | None:
     head = module.split(".")[0]
+    head = "api" if head in API_PARTS else "config" if head in CONFIG_PARTS else head
     return HARNESS_STAGES.index(head) if head in HARNESS_STAGES else None
 
 
@@ -203,7 +210,7 @@ def test_harness_imports_flow_one_way_through_its_stages():
     """config -> scoring -> task -> run -> output -> api -> cli: no module reaches a later stage
     (planted: a scoring module importing the runner is caught)."""
     graph = _harness_imports()
-    assert {"config", "run.evaluate", "scoring.metrics", "output.results", "cli.run", "api"} <= set(graph)
+    assert {"config", "run.evaluate", "scoring.metrics", "output.tables", "cli.run", "api"} <= set(graph)
 
     def backwards(g):
         return sorted(
@@ -216,30 +223,102 @@ def test_harness_imports_flow_one_way_through_its_stages():
     assert backwards(graph) == []
     planted = dict(graph, **{"scoring.metrics": graph["scoring.metrics"] | {"run.runner"}})
     assert backwards(planted) == [("scoring.metrics", "run.runner")]
-    assert not graph["config"], "config is a leaf: every stage reads it"
+    assert graph["config"] <= {"flag_values"} and not graph["flag_values"], "config: a leaf every stage reads"
 
 
 def test_output_writers_import_without_a_cycle():
-    """results writes lm-eval's view (lmeval); both name a run's folder and checkpoint (files):
+    """the writer writes lm-eval's view (lmeval); both name a run's folder and checkpoint (files):
     no import between them goes back."""
     graph = _harness_imports()
-    assert "output.lmeval" in graph["output.results"] and "output.results" not in graph["output.lmeval"]
+    assert "output.lmeval" in graph["output.writer"] and "output.writer" not in graph["output.lmeval"]
     assert "output.files" in graph["output.lmeval"]
-    assert not {"output.results", "output.lmeval"} & graph["output.files"]
+    assert not {"output.writer", "output.document", "output.lmeval"} & graph["output.files"]
 
 
-def test_builder_models_come_through_the_contract():
+def test_builder_models_are_the_speech_layers_own():
     """The harness's 1 - WER and the cascade's transcriber are the speech layer's own (lazily imported)."""
     from casu_dataset.speech import intelligibility
 
     assert (
-        contract.normalize_transcript("Hello, World!")
+        builder_models.normalize_transcript("Hello, World!")
         == intelligibility.normalize("Hello, World!")
         == "hello world"
     )
-    assert contract.word_error_rate("the cat sat", "the cat sat down") == pytest.approx(1 / 3)
+    assert builder_models.word_error_rate("the cat sat", "the cat sat down") == pytest.approx(1 / 3)
     from harness.scoring.metrics import one_minus_wer
 
     assert one_minus_wer('She said "the cat sat".', ["the cat sat"]) == 1.0
     with pytest.raises(ValueError, match="reference is empty"):
-        contract.word_error_rate("", "x")
+        builder_models.word_error_rate("", "x")
+
+
+# The builder's stages, lowest first, in the order data flows up: a module imports only its own
+# stage or lower ones. Every import counts, lazy or under `if TYPE_CHECKING:` alike (a type-only
+# import still ties the module to a higher stage's code).
+BUILDER_STAGES = [
+    "core",  # errors, paths, audio I/O, loudness, seeded streams, atomic writes, LLM backends, Hub
+    "contract",  # what a dataset holds: tasks, configs, layer names, the scene annotation
+    "formats",  # the files every stage reads: a built dataset (reader, schema, loader), the lock
+    "scenarios",  # the shipped libraries (paths only)
+    "script",  # scene scripts, their questions and the timing of their layers
+    "sounds",  # sound catalogs and retrieval
+    "speech",  # voices, TTS and the intelligibility check
+    "builder_models",  # the embedder and Whisper behind functions, for the harness
+    "mix",  # realization (sources, speech, timeline) and the mixer; the second realization
+    "families",  # contrast families: compile, build as one unit, preflight, validity, audit
+    "legacy",  # the v1 scene library
+    "review",  # the review page and its decisions
+    "agents",  # all LLM generation: scene scripts, families, the critic panel
+    "dataset",  # the build: parquet folder, card, executors, scene cache
+    "api",  # BuildConfig + build()
+    "cli",  # the command line
+    "__main__",
+]
+
+
+def _builder_stage(module: str) -> int:
+    """The stage of a casu_dataset module (KeyError: a package no stage names)."""
+    head = module.split(".")[1]
+    return BUILDER_STAGES.index(head)
+
+
+def backward_imports(path, module: str) -> list[str]:
+    """`line: module -> imported` for every import of a higher stage's module in `path`."""
+    return [
+        f"{line}: {module} -> {mod}"
+        for line, mod in casu_imports(path)
+        if mod != "casu_dataset" and _builder_stage(mod) > _builder_stage(module)
+    ]
+
+
+def test_builder_imports_only_run_down_its_stages(tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pkg = root / "casu_dataset"
+    files = {
+        ".".join(p.relative_to(root).with_suffix("").parts): p
+        for p in sorted(pkg.rglob("*.py"))
+        if p != pkg / "__init__.py"
+    }
+    assert len(files) > 80
+    # every module is in a stage (a new package must be placed in the order)
+    unplaced = sorted(m for m in files if m.split(".")[1] not in BUILDER_STAGES)
+    assert not unplaced, f"modules in no stage of BUILDER_STAGES: {unplaced}"
+    # the package root holds __version__ and lazy names only: importing it from any stage is free
+    assert casu_imports(pkg / "__init__.py") == []
+    bad = [b for m, p in files.items() for b in backward_imports(p, m)]
+    assert not bad, "imports from a lower stage to a higher one:\n" + "\n".join(bad)
+    # the check itself: a lazy, a module-level and a type-only import up the stages are caught
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nfrom casu_dataset.core.rng import derive_rng\n"
+        "from casu_dataset import contract\nif TYPE_CHECKING:\n    from casu_dataset.mix.mixer import Clip\n"
+        "def f():\n    from casu_dataset.formats import reader\n    import casu_dataset.dataset.card\n"
+        "from casu_dataset.families.compile import FamilyScene\n"
+    )
+    assert backward_imports(probe, "casu_dataset.speech.probe") == [
+        "5: casu_dataset.speech.probe -> casu_dataset.mix.mixer",
+        "8: casu_dataset.speech.probe -> casu_dataset.dataset.card",
+        "9: casu_dataset.speech.probe -> casu_dataset.families.compile",
+    ]

@@ -26,8 +26,8 @@ import pytest
 from conftest import ROOT
 
 from casu_dataset.core.isa import portable_env
-from casu_dataset.dataset.lock import lock_path, read_lock
-from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY, compile_families
+from casu_dataset.formats.lock import lock_path, read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def sample(lock1, lock2) -> tuple[list[dict], list[dict]]:
             cand = {"key": kind, "text": t["text"], "voice": v["id"], **locked}
             if kind not in turns or locked["samples"] < turns[kind]["samples"]:
                 turns[kind] = cand
-    shapes = {s.script.id: s.shape for s in compile_families(DEFAULT_V2_DIR)}
+    shapes = {s.script.id: s.shape for s in compile_families(DEFAULT_FAMILY_LIBRARY)}
 
     def shortest(lock, ok) -> str:
         ids = [sid for sid, e in lock.scenes.items() if ok(sid, e)]
@@ -76,8 +76,8 @@ def sample(lock1, lock2) -> tuple[list[dict], list[dict]]:
 
 @pytest.fixture(scope="module")
 def shipped():
-    lock1 = read_lock(lock_path(DEFAULT_V2_DIR, 1))
-    lock2 = read_lock(lock_path(DEFAULT_V2_DIR, 2))
+    lock1 = read_lock(lock_path(DEFAULT_FAMILY_LIBRARY, 1))
+    lock2 = read_lock(lock_path(DEFAULT_FAMILY_LIBRARY, 2))
     turns, scenes = sample(lock1, lock2)
     return {1: lock1, 2: lock2}, turns, scenes
 

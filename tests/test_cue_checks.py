@@ -132,5 +132,5 @@ def test_fill_truth_over_every_recording_of_the_type_names_the_recording_that_sa
     rivers = [c for c in r.catalog.clips if c.type == fill["type"] and "river" in c.caption.lower()]
     assert len(rivers) >= 2 and not any(c.id in st["below"] for c in rivers)
     assert st["below_min"] == sum(len(b["fills"]) for b in st["below"].values()) <= st["pairs"]
-    report = fv.format_report(fv.counts(scenes), [], None, None, st)
+    report = fv.format_report(fv.counts(scenes), [], None, None, st, dataset_version="test")
     assert "ba__river_stream_waterfall__river_loop (river_stream_waterfall: 'A small brook babbles" in report

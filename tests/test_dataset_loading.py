@@ -71,7 +71,7 @@ def test_load_family_fields(tmp_path, session_cache):
 
 
 def test_load_named_errors(casu_small, tmp_path):
-    from casu_dataset.dataset.loading import (
+    from casu_dataset.formats.loading import (
         ConfigNotFound,
         DatasetNotFound,
         LoadError,
@@ -95,7 +95,7 @@ def test_a_build_record_whose_identity_was_rewritten_is_refused_by_every_reader(
     import json
     import shutil
 
-    from casu_dataset.dataset.build_manifest import MixedFolderError
+    from casu_dataset.formats.build_manifest import MixedFolderError
 
     refused = (MixedFolderError, casu_dataset.LoadError)  # the loader names it as its own LoadError
     for n, (edit, why) in enumerate(
@@ -135,8 +135,8 @@ def test_reader_checks_the_build_once_and_rows_keep_no_audio(casu_small, monkeyp
     compared with the record; a row is frozen and holds no audio bytes of its own."""
     import dataclasses
 
-    from casu_dataset.dataset import build_manifest
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError, Row
+    from casu_dataset.formats import build_manifest
+    from casu_dataset.formats.reader import BuiltDataset, LoadError, Row
 
     calls = []
     real = build_manifest.verify
@@ -167,7 +167,7 @@ def test_reader_checks_the_build_once_and_rows_keep_no_audio(casu_small, monkeyp
 def test_reader_refuses_bad_rows_naming_them(tmp_path, casu_small):
     import pyarrow as pa
 
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
 
     t = pq.read_table(str(casu_small / "role_inference"), use_threads=False)
     rows = t.to_pylist()
@@ -237,7 +237,7 @@ def test_a_hub_id_reads_the_rows_the_folder_holds(casu_small, tmp_path, monkeypa
 
 def load_case(c: Ctx, d: Path) -> Outcome:
     """casu_dataset.load, the notebook reader: a LoadError naming the problem, never a wrong item."""
-    from casu_dataset.dataset.loading import LoadError, load
+    from casu_dataset.formats.loading import LoadError, load
 
     return expect_error(lambda: load(d, ROLE), LoadError)
 

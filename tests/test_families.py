@@ -216,7 +216,7 @@ def test_family_bootstrap_resamples_families():
 
 @pytest.fixture(scope="module")
 def built_fixture_families():
-    from casu_dataset.families.shared_timeline import build_family
+    from casu_dataset.families.family_build import build_family
 
     cache = Path(os.environ["CASU_CACHE"]) if os.environ.get("CASU_CACHE") else None
     b = fixture_builder(cache)
@@ -393,8 +393,8 @@ def test_removing_the_slot_leaves_any_model_at_chance(family_dataset):
 
 def test_a_key_given_twice_is_named_in_families_tasks_scripts_and_cards(tmp_path):
     """PyYAML keeps the second of two equal keys silently; every CASU reader refuses it by name."""
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
     from casu_dataset.families.compile import FamilyError, compile_families
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
     from casu_dataset.script.schema import ScriptError, load_script
     from harness.task.config import TaskConfigError, builtin_tasks_dir, load_task
 

@@ -5,9 +5,9 @@ all four, a scene view picks its key) and names every broken item."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from helpers import cli_process
 
 from casu_dataset.families import audit as fa
 from casu_dataset.families.compile import compile_families, families_of
@@ -112,9 +112,7 @@ def test_a_design_faithful_reader_scores_clean_and_each_break_is_named(tmp_path)
 
 def test_cli_exit_codes_and_unanswered_items(tmp_path):
     def cli(*a):
-        return subprocess.run(
-            [sys.executable, "-m", "casu_dataset", "audit", *a], capture_output=True, text=True, cwd=ROOT
-        )
+        return cli_process("casu_dataset", "audit", *a)
 
     r = cli("packets", str(tmp_path), "--scenarios", str(FIXTURE), "--families", "nope")
     assert r.returncode == 2 and "--families" in r.stderr and "nope" in r.stderr

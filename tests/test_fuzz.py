@@ -195,7 +195,7 @@ def small_folder(tmp_path_factory):
 
 
 def test_a_damaged_parquet_file_reads_or_is_named(small_folder, tmp_path_factory):
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     f = next((small_folder / "role_inference").glob("*.parquet"))
     blob = f.read_bytes()

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny_dataset
+from helpers import cli_process, harness_cli
 
 from harness.config import EvalConfig
-from harness.output.results import document
+from harness.output.document import document
 from harness.run.conditions import parse_conditions
 from harness.run.data import CasuData
 from harness.run.evaluate import evaluate
@@ -29,17 +30,8 @@ TASKS = load_tasks()
 
 
 def harness(*args, check=True, env=ENV, timeout=600):
-    p = subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=timeout,
-    )
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
-    return p
+    """`python -m harness ARGS` as its own process, with the fixture adapters importable."""
+    return cli_process("harness", *args, env=env, timeout=timeout, check=check)
 
 
 def _results(out: Path, model: str) -> dict:
@@ -109,12 +101,12 @@ def test_bad_task_yaml_names_file_and_field(tmp_path, edit, message):
 
 
 def test_unknown_task_and_model_fail_before_anything_runs(casu_small, tmp_path):
-    p = harness("--model", "random", "--tasks", "no_such_task", "--dataset", str(casu_small), check=False)
-    assert p.returncode == 2 and "no_such_task" in p.stderr
-    p = harness("--model", "gpt-17", "--dataset", str(casu_small), check=False)
-    assert p.returncode == 3 and "gpt-17" in p.stderr and "qwen2-audio" in p.stderr
-    p = harness("--model", "random", "--dataset", str(tmp_path / "missing"), check=False)
-    assert p.returncode == 2 and "missing" in p.stderr
+    rc, _, err = harness_cli("--model", "random", "--tasks", "no_such_task", "--dataset", str(casu_small))
+    assert rc == 2 and "no_such_task" in err
+    rc, _, err = harness_cli("--model", "gpt-17", "--dataset", str(casu_small))
+    assert rc == 3 and "gpt-17" in err and "qwen2-audio" in err
+    rc, _, err = harness_cli("--model", "random", "--dataset", str(tmp_path / "missing"))
+    assert rc == 2 and "missing" in err
 
 
 # -- scoring --------------------------------------------------------------------------------
@@ -161,8 +153,8 @@ def test_paired_accuracy_and_breakdowns(casu_small_v1):
     recs = ev["samples"]["contextual_reasoning"]
     pairs = {}
     for r in recs:
-        if r["minimal_pair_id"]:
-            pairs.setdefault(r["minimal_pair_id"], []).append(r["correct"])
+        if r.minimal_pair_id:
+            pairs.setdefault(r.minimal_pair_id, []).append(r.correct)
     assert pairs and m["paired_accuracy"]["n"] == len(pairs)
     assert m["paired_accuracy"]["value"] == sum(all(v) for v in pairs.values()) / len(pairs)
     assert sum(b["n"] for b in m["breakdowns"]["speech_type"].values()) == m["n"]
@@ -241,18 +233,19 @@ def test_conditions_and_scene_hint_reach_the_model(casu_small):
 
     ev = _eval(AudioHashAdapter(), casu_small, conditions=parse_conditions("all"), probe=False, limit=3)
     recs = ev["samples"]["contextual_reasoning"]
-    assert {r["condition"] for r in recs} == {c.name for c in parse_conditions("all")}
+    assert {r.condition for r in recs} == {c.name for c in parse_conditions("all")}
     ev2 = _eval(AudioHashAdapter(), casu_small, scene_hint=True, probe=False, limit=3)
     r = ev2["samples"]["contextual_reasoning"][0]
-    assert r["prompt"].startswith("This audio is recorded in ")
+    assert r.prompt.startswith("This audio is recorded in ")
 
 
 # -- CLI: outputs, schema, cache, resume, sharding, push -------------------------------------
 
 
-def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
+def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))  # run in this process: BERTScore's model is loaded once
     out = tmp_path / "res"
-    p = harness(
+    rc, stdout, err = harness_cli(
         "--model",
         "plugin_adapters:AudioHashAdapter",
         "--tasks",
@@ -266,7 +259,8 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
         "PEB,P__",
         "--quiet",
     )
-    assert "| Model | BLEU-4 |" in p.stdout
+    assert rc == 0, err
+    assert "| Model | BLEU-4 |" in stdout
     model_dir = out / "plugin_adapters__AudioHashAdapter"
     doc = _results(out, "plugin_adapters__AudioHashAdapter")
     # every row of every question config was evaluated, once per condition (counted from the files)
@@ -282,7 +276,7 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     assert (
         f"evaluated {2 * rows} requests over {rows} samples from {casu_small} "
         f"(fingerprint {doc['dataset']['fingerprint']})"
-    ) in p.stdout
+    ) in stdout
     for key in (
         "schema_version",
         "date",
@@ -323,7 +317,7 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
     assert (model_dir / f"accuracy_by_task_{stamp}.png").stat().st_size > 1000
     assert (model_dir / f"ablation_heatmap_{stamp}.png").stat().st_size > 1000
     # a second run is served from the cache and gives the same results
-    harness(
+    rc, _, err = harness_cli(
         "--model",
         "plugin_adapters:AudioHashAdapter",
         "--tasks",
@@ -336,14 +330,36 @@ def test_cli_run_writes_every_output_in_the_schema(casu_small, tmp_path):
         "PEB,P__",
         "--quiet",
     )
+    assert rc == 0, err
     doc2 = _results(out, "plugin_adapters__AudioHashAdapter")
     assert doc2["timing"]["model_calls"] == 0 and doc2["timing"]["cache_hits"] >= doc2["timing"]["units"]
     assert doc2["results"] == doc["results"]
 
 
+def test_a_cache_entry_that_is_no_reply_of_its_mode_is_asked_again(tmp_path):
+    """A generated answer is cached as {"response": TEXT}: an entry without text (damaged, or not
+    written by the harness) is a miss, asked again and overwritten, never scored as unparsed."""
+    from harness import simple_evaluate
+
+    ds = tiny_dataset(tmp_path / "ds", 4, "cachekind")
+    db = tmp_path / "cache.sqlite"
+    kw = dict(tasks="role_inference", dataset=str(ds), probe=False, cache=str(db))
+    first = simple_evaluate("random", **kw)
+    with sqlite3.connect(db) as c:
+        n = c.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        c.execute("""UPDATE responses SET value = '{"response": null}'""")
+    assert n == first["timing"]["model_calls"] > 0
+    again = simple_evaluate("random", **kw)
+    assert again["timing"]["cache_hits"] == 0 and again["timing"]["model_calls"] == n
+    assert again.results == first.results
+    with sqlite3.connect(db) as c:
+        values = [json.loads(v) for (v,) in c.execute("SELECT value FROM responses")]
+    assert len(values) == n and all(isinstance(v["response"], str) for v in values)
+
+
 def test_the_plot_shows_family_accuracy_with_its_interval_and_marks_a_partial_run(tmp_path):
     from harness import simple_evaluate
-    from harness.output.results import accuracy_plot_data, plots
+    from harness.output.plots import accuracy_plot_data, plots
 
     ds = tiny_dataset(tmp_path / "ds", 10, "plot")
     res = simple_evaluate("random", tasks="role_inference", dataset=str(ds), probe=False, limit=4)

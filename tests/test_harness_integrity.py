@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import tiny_dataset
+from helpers import cli_process
 
 from harness.output.files import atomic_write, clean_stale
 from harness.run.data import CasuData, LoadError
@@ -38,17 +39,8 @@ def env(tmp_path):
 
 
 def harness(env, *args, check=True):
-    p = subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
-    if check and p.returncode != 0:
-        raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
-    return p
+    """`python -m harness ARGS` as its own process, in the test's own HOME and caches (`env`)."""
+    return cli_process("harness", *args, env=env, timeout=300, check=check)
 
 
 def run_random(env, dataset: Path, out: Path, *extra):

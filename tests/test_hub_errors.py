@@ -172,7 +172,7 @@ def test_every_hub_command_is_one_line_and_exit_5_when_the_network_fails(
     folder = tmp_path / "dsfolder"
     folder.mkdir()
     (folder / "README.md").write_text("---\npretty_name: t\n---\n# t\n")
-    from casu_dataset.dataset.build_manifest import identity, write
+    from casu_dataset.formats.build_manifest import identity, write
 
     write(folder, identity(None, {}))  # push sends a build's files: a record of this one-file build
     try:

@@ -36,7 +36,7 @@ def folder(tmp_path):
     (d / "scenes" / ".s000.json.tmp-host-4242").write_text("half")  # atomic.tmp_path of an unfinished write
     (d / ".cache" / "huggingface").mkdir(parents=True)
     (d / ".cache" / "huggingface" / "x").write_text("download metadata")
-    from casu_dataset.dataset.build_manifest import identity, write
+    from casu_dataset.formats.build_manifest import identity, write
 
     write(d, identity(None, {}))  # a build record of these files: push sends a build's files only
     return d

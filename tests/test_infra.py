@@ -19,9 +19,9 @@ import pytest
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.content_key import content_key
 from casu_dataset.core.llm.cache import ResponseCache
-from casu_dataset.dataset import build_manifest
 from casu_dataset.dataset.build import FolderWriter, clean_folder_temps
 from casu_dataset.dataset.scene_cache import clean_scene_cache
+from casu_dataset.formats import build_manifest
 from casu_dataset.sounds.catalog import Catalog
 from casu_dataset.sounds.retrieval import catalog_embeddings
 from casu_dataset.speech.layer import clean_speech_cache
@@ -195,11 +195,12 @@ def _is_type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in (getattr(t, "id", None), getattr(t, "attr", None))
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     """Module -> the project modules it imports. The rule: every import statement counts,
     at module level or inside a function or class (a lazy import is still a dependency: the
     function cannot run without the other module), except under `if TYPE_CHECKING:` (never
-    executed). `from pkg import name` is an edge to `pkg.name` when that is a module, else to `pkg`."""
+    executed) unless `type_only` (a reader still follows it). `from pkg import name` is an edge
+    to `pkg.name` when that is a module, else to `pkg`."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
@@ -208,7 +209,7 @@ def import_graph() -> dict[str, set[str]]:
         while stack:
             node = stack.pop()
             for child in ast.iter_child_nodes(node):
-                if _is_type_checking(child):
+                if _is_type_checking(child) and not type_only:
                     continue
                 stack.append(child)
                 if isinstance(child, ast.Import):
@@ -243,6 +244,41 @@ def test_the_import_graph_has_no_cycle():
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as err:
         pytest.fail("import cycle: " + " -> ".join(err.args[1]))
+
+
+def test_no_package_has_an_import_cycle_even_through_type_only_imports():
+    """Inside a package, a `TYPE_CHECKING` import counts too: modules that name each other's types
+    are one job split in two (the runner's Unit lived in runner.py and batches.py imported it for
+    its annotations: a type-only loop)."""
+
+    def inside(graph):  # the edges between modules of one package
+        return {
+            m: {d for d in deps if d.rpartition(".")[0] == m.rpartition(".")[0]} for m, deps in graph.items()
+        }
+
+    graph = inside(import_graph(type_only=True))
+    assert "harness.run.batches" in graph["harness.run.runner"]
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as err:
+        pytest.fail("import cycle (TYPE_CHECKING imports included): " + " -> ".join(err.args[1]))
+    # The check sees a type-only import: the old loop, planted as source, is caught.
+    planted = ROOT / "harness" / "run" / "_planted_type_loop.py"
+    planted.write_text(
+        "from typing import TYPE_CHECKING\n\nfrom harness.run import batches\n\n"
+        "if TYPE_CHECKING:\n    from harness.run._planted_type_loop2 import X\n"
+    )
+    planted2 = ROOT / "harness" / "run" / "_planted_type_loop2.py"
+    planted2.write_text("from harness.run._planted_type_loop import batches\n\nX = batches\n")
+    try:
+        with_loop = inside(import_graph(type_only=True))
+        without = inside(import_graph())
+    finally:
+        planted.unlink()
+        planted2.unlink()
+    assert "harness.run._planted_type_loop2" not in without["harness.run._planted_type_loop"]
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter(with_loop).prepare()
 
 
 def private_crossings() -> list[str]:
@@ -320,7 +356,7 @@ def test_console_logging_shows_library_messages_as_the_cli_printed_them(capsys):
 
 def test_library_modules_do_not_print():
     """Only command-line code prints: the CLI modules and a module's own `main()`."""
-    cli_modules = {"__main__.py", "generate_cli.py"}
+    cli_modules = {"__main__.py"}
     printing = []
     for p in (ROOT / "casu_dataset").rglob("*.py"):
         if p.name in cli_modules or p.parent.name == "cli":  # casu_dataset/cli/: one module per command

@@ -354,8 +354,9 @@ def get_latest_filename(filenames):
 def test_the_written_files_are_lm_evals_schema_and_casus_own_is_beside_them(ds, tmp_path, ckpt_model):
     import hashlib
 
-    import lm_eval_schema as S
     from pydantic import TypeAdapter
+
+    from harness.output import lm_eval_schema as S
 
     out = tmp_path / "r"
     rc, _, err = harness_run(
@@ -406,10 +407,10 @@ def test_the_written_files_are_lm_evals_schema_and_casus_own_is_beside_them(ds, 
 
 
 def test_scene_description_lines_carry_their_metrics(casu_small, tmp_path):
-    import lm_eval_schema as S
     from pydantic import TypeAdapter
 
     from harness import simple_evaluate
+    from harness.output import lm_eval_schema as S
 
     # both fixture families: the slot of one is its background, so only the other has sound events
     # (Event Match is undefined without any)
@@ -429,9 +430,9 @@ def test_scene_description_lines_carry_their_metrics(casu_small, tmp_path):
 
 
 def test_sample_lines_for_option_scores_rotations_and_failures():
-    import lm_eval_schema as S
     from pydantic import TypeAdapter
 
+    from harness.output import lm_eval_schema as S
     from harness.output.lmeval import sample_lines
 
     base = {"scene_id": "s", "place": "kitchen", "question": "Q?", "condition": "PEB"}

@@ -270,8 +270,9 @@ def test_a_group_file_with_aggregate_metric_list_gives_a_group_score(casu_small,
     ]
     assert "plain" not in lm["groups"] and doc["groups"]["plain"]["results"] == {}  # no aggregate_metric_list
     assert lm["versions"]["casu_lm"] == "2" and lm["higher_is_better"]["casu_lm"] == {"acc": True}
-    import lm_eval_schema as S
     from pydantic import TypeAdapter
+
+    from harness.output import lm_eval_schema as S
 
     TypeAdapter(S.EvalResults).validate_python(lm, strict=True)  # still lm-eval 0.4.13's schema
     # a bad aggregate_metric_list names the file and the field

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, fixture_builder
+from helpers import cli_process
 
 from casu_dataset.core.audio_io import load_audio, wav_bytes
 from casu_dataset.core.errors import CasuError
-from casu_dataset.dataset import build_manifest
-from casu_dataset.dataset.lock import lock_path, read_lock
 from casu_dataset.families.compile import compile_families
+from casu_dataset.formats import build_manifest
+from casu_dataset.formats.lock import lock_path, read_lock
 from casu_dataset.mix.mixer import SceneSources, SourceRef, compose
 
 FIXTURE = ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"
@@ -144,7 +145,7 @@ def test_drift_is_conformed_reported_and_bounded(locked, tmp_path, session_cache
     d = next(x for x in rep.drift if x["scene_id"] == entry["scene_id"])
     assert d["turns"][0] == {"padded": -300, "pcm_equal": False} and "speech" in d["stems"]
     # Against the reference folder: only that scene's speech and mixture differ, by how much is told.
-    from casu_dataset.dataset.lock import compare_folders
+    from casu_dataset.formats.lock import compare_folders
 
     diff = [r for r in compare_folders(ref, tmp_path / "out") if not r["equal"]]
     assert {(r["scene_id"], r["stem"]) for r in diff} == {
@@ -172,14 +173,7 @@ def test_drift_is_conformed_reported_and_bounded(locked, tmp_path, session_cache
 
 def _cli_build(*args, cache):
     env = dict(os.environ, CASU_CACHE=str(cache))
-    return subprocess.run(
-        [sys.executable, "-m", "casu_dataset", "build", "--no-check-speech", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return cli_process("casu_dataset", "build", "--no-check-speech", *args, env=env)
 
 
 def test_stale_or_mismatched_lock_is_a_named_error(locked, tmp_path, session_cache):
@@ -209,12 +203,14 @@ def test_stale_or_mismatched_lock_is_a_named_error(locked, tmp_path, session_cac
 
 
 def test_the_shipped_library_carries_its_lock():
-    from casu_dataset.dataset.lock import library_sha256
-    from casu_dataset.families.compile import DEFAULT_V2_DIR
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY
+    from casu_dataset.formats.lock import library_sha256
 
-    lock = read_lock(lock_path(DEFAULT_V2_DIR))
-    assert lock.header["library_sha256"] == library_sha256(DEFAULT_V2_DIR), "stale: run build --relock"
-    assert lock.header["scenes"] == len(compile_families(DEFAULT_V2_DIR)) == len(lock.scenes)
+    lock = read_lock(lock_path(DEFAULT_FAMILY_LIBRARY))
+    assert lock.header["library_sha256"] == library_sha256(DEFAULT_FAMILY_LIBRARY), (
+        "stale: run build --relock"
+    )
+    assert lock.header["scenes"] == len(compile_families(DEFAULT_FAMILY_LIBRARY)) == len(lock.scenes)
 
 
 # -- one build per folder ---------------------------------------------------------------------
@@ -282,8 +278,8 @@ def _mixed(locked, tmp_path, session_cache) -> tuple[Path, Path]:
 
 def test_readers_refuse_a_folder_mixing_two_builds(locked, tmp_path, session_cache):
     from casu_dataset import load
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
     from casu_dataset.families.validity import check_built
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
 
     a, b = _mixed(locked, tmp_path, session_cache)
     f = "contextual_reasoning/test-00000-of-00001.parquet"
@@ -343,7 +339,7 @@ def test_harness_refuses_a_mixed_folder_and_records_the_identity(locked, tmp_pat
     assert docs and any(((d.get("dataset") or {}).get("identity") or {}).get("sha256") == want for d in docs)
     lm = [json.loads(x.read_text()) for x in outs.rglob("results_*.json")]  # lm-eval's file
     assert lm and lm[0]["casu"]["dataset_identity"]["sha256"] == want
-    from harness.output.results import table1
+    from harness.output.tables import main_table
 
     d1 = {
         "model": {"name": "random"},
@@ -357,7 +353,7 @@ def test_harness_refuses_a_mixed_folder_and_records_the_identity(locked, tmp_pat
         "results": {},
         "dataset": {"identity": {"sha256": "y" * 64}},
     }
-    t = table1(d1, d2)
+    t = main_table(d1, d2)
     assert "other†" in t and "evaluated on other data" in t and "random†" not in t
     shutil.copy(
         b / "contextual_reasoning" / "test-00000-of-00001.parquet",

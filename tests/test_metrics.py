@@ -86,8 +86,8 @@ def test_prompt_rotation_and_hint():
 
 def _picked_a(s: metrics.Scored) -> dict:
     for r in s.ok:
-        r["picked_a"] = float(r["parsed"] == "A")
-    return metrics.mean_with_ci([r["picked_a"] for r in s.ok], seed=s.context.seed)
+        r.metrics["picked_a"] = float(r.parsed == "A")
+    return metrics.mean_with_ci([r.metrics["picked_a"] for r in s.ok], seed=s.context.seed)
 
 
 def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small, tmp_path, request):

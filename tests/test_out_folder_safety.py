@@ -66,7 +66,7 @@ def test_build_into_a_link_builds_the_target_and_keeps_the_link(tmp_path, sessio
     """`build_dataset` (below the API's checks) into a symlink: the target gets the build, the
     link stays a link; a second build replaces the earlier build there; a folder of the user's
     files is refused even this far down."""
-    from casu_dataset.dataset.build_manifest import verify
+    from casu_dataset.formats.build_manifest import verify
 
     target = tmp_path / "data" / "casu"
     target.mkdir(parents=True)  # empty: may be replaced

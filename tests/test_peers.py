@@ -58,7 +58,7 @@ def _docs(casu_small: Path, task: str) -> list[dict]:
     """The rows as the peers read them: `datasets` over the folder's parquet files."""
     import datasets
 
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     files = [str(p) for p in BuiltDataset(casu_small).files(task)]
     return list(datasets.load_dataset("parquet", data_files={"test": files}, split="test"))
@@ -66,7 +66,7 @@ def _docs(casu_small: Path, task: str) -> list[dict]:
 
 @pytest.mark.parametrize("peer", ["lmms-eval", "lm-eval"])
 def test_exported_folder_parses_and_points_at_the_data(exported, casu_small, peer):
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     folder = exported[peer]
     assert sorted(p.name for p in folder.iterdir()) == sorted(
@@ -150,7 +150,7 @@ def test_empty_configs_are_left_out_and_named(tmp_path):
 
 @pytest.mark.parametrize("peer", ["lmms-eval", "lm-eval"])
 def test_hooks_decode_audio_and_give_casus_prompt(exported, casu_small, peer):
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
     from harness.task.config import builtin_tasks_dir, load_task
     from harness.task.prompts import task_prompt
 
@@ -268,7 +268,7 @@ def _run_replay(ds, out, responses, extra_args=""):
 
 
 def test_replay_missing_id_and_bad_files_are_one_clear_error(casu_small, tmp_path):
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     ids = [r.id for r in BuiltDataset(casu_small).rows("role_inference")]
     f = tmp_path / "r.jsonl"
@@ -297,7 +297,7 @@ def test_replay_missing_id_and_bad_files_are_one_clear_error(casu_small, tmp_pat
 
 def test_replay_cache_follows_the_file_content(casu_small, tmp_path):
     """The same path with other replies is another model: never served from the cache."""
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     rows = BuiltDataset(casu_small).rows("role_inference")
     f = tmp_path / "r.jsonl"
@@ -320,7 +320,7 @@ def test_replay_cache_follows_the_file_content(casu_small, tmp_path):
 
 
 def test_replay_with_audio_checks_what_the_harness_prepares(casu_small, tmp_path):
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     f = tmp_path / "r.jsonl"
     f.write_text(

@@ -1,4 +1,4 @@
-"""The result tables and plots (harness/output/results.py): every task of a run is a row or column,
+"""The result tables and plots (harness/output/tables.py, plots.py): every task of a run is a row or column,
 custom tasks (--include_path) too, and the plots show family accuracy at a scale where it is visible,
 with its intervals, and say when a task had a single contrast family."""
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.output import results as R
+from harness.output import document as D
+from harness.output import plots as P
+from harness.output import tables as T
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN_MCQ = ["contextual_reasoning", "entity_extraction", "role_inference", "counterfactual_reasoning"]
@@ -54,13 +56,13 @@ def _cells(line: str) -> list[str]:
 # -- 1. a custom task is a row / column like the built-in ones ------------------------------------
 
 
-def test_table1_has_a_column_per_custom_task_after_the_builtin_ones(run):
+def test_main_table_has_a_column_per_custom_task_after_the_builtin_ones(run):
     doc, _ = run
     r = doc["results"]
     assert {"aa_role", "my_role", "my_desc"} <= set(r)
-    head, _, row = R.table1(doc).splitlines()[:3]
+    head, _, row = T.main_table(doc).splitlines()[:3]
     heads = _cells(head)
-    mcq_heads = [f"{R.short(t)} acc / fam" for t in BUILTIN_MCQ] + ["aa_role acc / fam", "my_role acc / fam"]
+    mcq_heads = [f"{D.short(t)} acc / fam" for t in BUILTIN_MCQ] + ["aa_role acc / fam", "my_role acc / fam"]
     text_heads = ["BLEU-4", "BERTScore", "Event Match", "1 - WER"]
     assert heads == ["Model", *text_heads, *mcq_heads, *(f"my_desc {h}" for h in text_heads)]
     cells = dict(zip(heads, _cells(row)))
@@ -71,7 +73,7 @@ def test_table1_has_a_column_per_custom_task_after_the_builtin_ones(run):
     assert cells["my_desc BLEU-4"] == f"{r['my_desc']['PEB']['bleu4']['value']:.2f}"
     assert cells["my_desc BERTScore"] == f"{100 * r['my_desc']['PEB']['bertscore']['value']:.2f}"
     # the Markdown report's table 1 is the same table
-    assert R.table1(doc) in R.markdown(doc)
+    assert T.main_table(doc) in T.markdown(doc)
 
 
 def test_a_custom_task_missing_from_one_run_is_a_dash_and_counts_in_a_limited_runs_n(run):
@@ -79,7 +81,7 @@ def test_a_custom_task_missing_from_one_run_is_a_dash_and_counts_in_a_limited_ru
     builtin_only = copy.deepcopy(doc)
     for t in ("aa_role", "my_role", "my_desc"):
         del builtin_only["results"][t]
-    head, _, row1, row2 = R.table1(doc, builtin_only).splitlines()[:4]
+    head, _, row1, row2 = T.main_table(doc, builtin_only).splitlines()[:4]
     heads = _cells(head)
     assert _cells(row2)[heads.index("my_role acc / fam")] == "-"
     assert _cells(row2)[heads.index("my_desc BLEU-4")] == "-"
@@ -87,12 +89,12 @@ def test_a_custom_task_missing_from_one_run_is_a_dash_and_counts_in_a_limited_ru
     limited = copy.deepcopy(doc)
     limited["config"]["limit"] = 99
     n = sum(doc["results"][t]["PEB"]["n"] for t in [*BUILTIN_MCQ, "aa_role", "my_role"])
-    assert f"(--limit 99, n={n})" in R.table1(limited)
+    assert f"(--limit 99, n={n})" in T.main_table(limited)
 
 
-def test_table2_has_a_column_per_custom_multiple_choice_task(run):
+def test_ablation_table_has_a_column_per_custom_multiple_choice_task(run):
     doc, _ = run
-    lines = R.table2(doc).splitlines()
+    lines = T.ablation_table(doc).splitlines()
     assert _cells(lines[0]) == [
         "P",
         "E",
@@ -118,10 +120,10 @@ def test_a_custom_tasks_kind_comes_from_its_config_else_from_its_metrics():
         "config": {"task_configs": {"x_text": {"output_type": "generate_until"}}},
         "results": {"x_mcq": {"PEB": {"accuracy": {"value": 0.5}}}, "x_text": {"PEB": {"n": 3}}},
     }
-    assert R.task_kind("x_mcq", doc) == R.MCQ and R.task_kind("x_text", doc) == R.TEXT
-    assert R.task_kind("role_inference", doc) == R.MCQ and R.task_kind("scene_description", doc) == R.TEXT
-    assert R.mcq_tasks_in(doc) == ["x_mcq"] and R.other_tasks(R.TEXT, doc) == ["x_text"]
-    assert R.short("x_mcq") == "x_mcq" and R.short("role_inference") == "Role"
+    assert D.task_kind("x_mcq", doc) == D.MCQ and D.task_kind("x_text", doc) == D.TEXT
+    assert D.task_kind("role_inference", doc) == D.MCQ and D.task_kind("scene_description", doc) == D.TEXT
+    assert D.mcq_tasks_in(doc) == ["x_mcq"] and D.other_tasks(D.TEXT, doc) == ["x_text"]
+    assert D.short("x_mcq") == "x_mcq" and D.short("role_inference") == "Role"
 
 
 def _doc(results: dict, conditions=("PEB",), limit=None) -> dict:
@@ -152,7 +154,7 @@ def test_tables_of_builtin_tasks_only_are_as_before():
         },
         conditions=("PEB", "P__"),
     )
-    assert R.table1(doc) == (
+    assert T.main_table(doc) == (
         "| Model | BLEU-4 | BERTScore | Event Match | 1 - WER | Contextual acc / fam | Entity acc / fam "
         "| Role acc / fam | Counterfactual acc / fam |\n"
         "|---|---|---|---|---|---|---|---|---|\n"
@@ -161,7 +163,7 @@ def test_tables_of_builtin_tasks_only_are_as_before():
         "acc: accuracy per variant (%); fam: family accuracy, all four variants of a contrast family right "
         "(%; chance 0.39)."
     )
-    assert R.table2(doc) == (
+    assert T.ablation_table(doc) == (
         "| P | E | B | Contextual | Role |\n|---|---|---|---|---|\n"
         "| ✓ | ✓ | ✓ | 30.00 / 2.00 | 30.00 / 2.00 |\n| ✓ | × | × | 30.00 / 2.00 | 30.00 / 2.00 |"
     )
@@ -172,14 +174,14 @@ def test_tables_of_builtin_tasks_only_are_as_before():
 
 def test_the_accuracy_plot_shows_custom_tasks_and_scales_family_accuracy_to_its_data(run):
     doc, _ = run
-    data = R.accuracy_plot_data(doc)
+    data = P.accuracy_plot_data(doc)
     assert data["tasks"] == [*BUILTIN_MCQ, "aa_role", "my_role"]
     assert {b["task"] for b in data["bars"]} == set(data["tasks"])
     # casu_small: two families; the tasks with one family are named so, and get no interval
     one = [t for t in data["tasks"] if doc["results"][t]["PEB"]["family_accuracy"]["families"] == 1]
     assert one and data["too_few"] == one
     for t, label in zip(data["tasks"], data["labels"]):
-        assert label == R.short(t) + ("\n(1 family: too few)" if t in one else "")
+        assert label == D.short(t) + ("\n(1 family: too few)" if t in one else "")
     for b in data["bars"]:
         assert (b["lo"] is None and b["hi"] is None) == (b["task"] in one)
     # random answers: family accuracy near 0, so its axis is a few %, not 0-100
@@ -197,7 +199,7 @@ def test_plot_axes_come_from_the_intervals_and_a_single_family_does_not_set_them
             "contextual_reasoning": {"PEB": _mcq(0.5, [0.5, 0.5], 1.0, [1.0, 1.0], 1)},
         }
     )
-    data = R.accuracy_plot_data(doc)
+    data = P.accuracy_plot_data(doc)
     assert data["tasks"] == ["contextual_reasoning", "entity_extraction", "role_inference"]
     assert data["too_few"] == ["contextual_reasoning"]
     assert data["labels"][0] == "Contextual\n(1 family: too few)"
@@ -218,23 +220,23 @@ def test_plot_axes_come_from_the_intervals_and_a_single_family_does_not_set_them
 
 def test_the_ablation_heatmap_has_family_accuracy_and_custom_tasks(run):
     doc, _ = run
-    heat = R.ablation_plot_data(doc)
+    heat = P.ablation_plot_data(doc)
     assert heat["conditions"] == ["PEB", "P__"] and heat["tasks"] == [*BUILTIN_MCQ, "aa_role", "my_role"]
     for metric in ("accuracy", "family_accuracy"):
         for i, c in enumerate(heat["conditions"]):
             for j, t in enumerate(heat["tasks"]):
                 assert heat[metric][i][j] == pytest.approx(100 * doc["results"][t][c][metric]["value"])
     assert heat["vmax"] == {"accuracy": 100.0, "family_accuracy": 5.0}
-    assert R.ablation_plot_data(dict(doc, config=dict(doc["config"], conditions=["PEB"]))) is None
+    assert P.ablation_plot_data(dict(doc, config=dict(doc["config"], conditions=["PEB"]))) is None
 
 
 def test_an_accuracy_of_zero_is_zero_in_the_heatmap_not_missing():
     m0 = _mcq(0.0, [0.0, 0.0], 0.0, [0.0, 0.0], 10)
     doc = _doc({"role_inference": {"PEB": m0, "___": m0}}, conditions=("PEB", "___"))
-    heat = R.ablation_plot_data(doc)
+    heat = P.ablation_plot_data(doc)
     assert heat["accuracy"] == [[0.0], [0.0]] and heat["family_accuracy"] == [[0.0], [0.0]]
     doc["results"]["role_inference"]["___"] = {"n": 0}  # not evaluated under that condition
-    assert R.ablation_plot_data(doc)["accuracy"] == [[0.0], [None]]
+    assert P.ablation_plot_data(doc)["accuracy"] == [[0.0], [None]]
 
 
 def test_the_run_writes_both_plots_and_they_are_pngs(run, tmp_path):
@@ -250,7 +252,7 @@ def test_the_run_writes_both_plots_and_they_are_pngs(run, tmp_path):
     # and again from the document, with a task of one family and one without family data
     doc = copy.deepcopy(doc)
     del doc["results"]["aa_role"]["PEB"]["family_accuracy"]
-    pngs += R.plots(doc, tmp_path, "_again")
+    pngs += P.plots(doc, tmp_path, "_again")
     assert [p.name for p in pngs[2:]] == ["accuracy_by_task_again.png", "ablation_heatmap_again.png"]
     for p in pngs:
         img = image.imread(p)

@@ -17,8 +17,8 @@ import yaml
 from conftest import HARNESS_FAMILIES, ROOT, call_main, fixture_builder, shipped_families
 
 from casu_dataset.contract import LETTERS
-from casu_dataset.dataset.lock import lock_path, read_lock
 from casu_dataset.families.compile import compile_families
+from casu_dataset.formats.lock import lock_path, read_lock
 from casu_dataset.sounds.catalog import Catalog
 from model_adapters.base import Adapter
 
@@ -197,7 +197,7 @@ def test_realization2_lock_records_skipped_families(tmp_path, session_cache):
     """A realization-2 relock records the family it could not vary (a one-recording type) with its
     reason, so its lock still covers the library; a build that follows it skips that family again
     (never builds it anew) and reproduces the rest byte for byte. A realization-1 lock has no skips."""
-    from casu_dataset.dataset.lock import write_lock
+    from casu_dataset.formats.lock import write_lock
 
     lib, one, key = _one_recording_library(tmp_path)
     _build(tmp_path / "r1", lib, session_cache, realization=1, relock=True)
@@ -216,7 +216,7 @@ def test_realization2_lock_records_skipped_families(tmp_path, session_cache):
 
 
 def test_realization2_relock_writes_its_own_lock_and_a_build_follows_it(tmp_path, session_cache):
-    from casu_dataset.dataset.lock import LockError, load_for
+    from casu_dataset.formats.lock import LockError, load_for
 
     lib = tmp_path / "two_families.yaml"
     shutil.copy(FIXTURE, lib)

@@ -11,12 +11,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import lm_eval_schema as S
 import pyarrow.parquet as pq
 import pytest
 from pydantic import TypeAdapter
 
-from harness.output.results import SCHEMA_VERSION
+from harness.output import lm_eval_schema as S
+from harness.output.document import SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow  # building the wheel and its venv takes tens of seconds
 

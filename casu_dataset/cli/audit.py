@@ -27,10 +27,10 @@ def add(sub) -> None:
 def run(args) -> int:
     """Honest-reader packets of the contrast families, and the score of the readers' answers."""
     from casu_dataset.families import audit as fa
-    from casu_dataset.families.compile import DEFAULT_V2_DIR, compile_families
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY, compile_families
 
     if args.action == "packets":
-        scenes = compile_families(args.scenarios or DEFAULT_V2_DIR)
+        scenes = compile_families(args.scenarios or DEFAULT_FAMILY_LIBRARY)
         fams = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
         counts = fa.write_packets(scenes, args.dir, per_packet=args.per_packet, families=fams)
         for name, n in counts.items():

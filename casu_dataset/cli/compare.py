@@ -19,7 +19,7 @@ def add(sub) -> None:
 def run(args) -> int:
     """Per stem: equal bytes, or the largest sample difference (dB re. full scale) and the loudness
     difference; exit 1 when any stem differs."""
-    from casu_dataset.dataset.lock import compare_folders
+    from casu_dataset.formats.lock import compare_folders
 
     for d in (args.reference, args.build):
         if not (Path(d) / "scenes").is_dir():

@@ -107,7 +107,7 @@ def _generate(args) -> int:
     """Agent pipeline: contrast families (--families N; casu_dataset/agents/README.md), or v1
     scenes (--n): script agent -> narrator -> questions -> critic panel."""
     if args.families is not None:
-        from casu_dataset.families.generate_cli import generate_main
+        from casu_dataset.cli.generate_families import generate_main
 
         return generate_main(args)
     if not args.place:

@@ -20,8 +20,8 @@ def add(sub) -> None:
 def run(args) -> int:
     from casu_dataset.contract import SceneAnnotation
     from casu_dataset.core.audio_io import decode_bytes
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
-    from casu_dataset.review.timeline import timeline_png
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
+    from casu_dataset.review.timeline_picture import timeline_png
 
     try:
         rows = (

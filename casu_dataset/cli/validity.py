@@ -36,14 +36,14 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from casu_dataset.families.compile import DEFAULT_V2_DIR, is_family_library
+    from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY, is_family_library
 
     why = check_out_file(args.out, "--out")
     if why:
         error(why)
         return 2
 
-    src = args.scenarios or DEFAULT_V2_DIR
+    src = args.scenarios or DEFAULT_FAMILY_LIBRARY
     if is_family_library(src):
         return _family_validity(args, src)
     from casu_dataset.families.blind import (
@@ -79,6 +79,7 @@ def run(args) -> int:
 def _family_validity(args, src) -> int:
     """Contrast-family invariants (exit 1 naming family and field when one breaks), counts,
     stem identity in a built dataset (--dataset) and the blind baselines."""
+    from casu_dataset.dataset.card import DATASET_VERSION
     from casu_dataset.families import validity as fv
     from casu_dataset.families.compile import FamilyError, compile_families
     from casu_dataset.sounds.catalog import Catalog
@@ -103,7 +104,9 @@ def _family_validity(args, src) -> int:
         from casu_dataset.core.llm.local import LocalLM
 
         blind.update(fv.lm_question_only(scenes, LocalLM(args.lm)))
-    report = fv.format_report(fv.counts(scenes), violations, blind, built, truth)
+    report = fv.format_report(
+        fv.counts(scenes), violations, blind, built, truth, dataset_version=DATASET_VERSION
+    )
     cue_failures = []
     if args.dataset and not (built and built[0]):
         from casu_dataset.mix.cue_checks import check_folder, failures, format_summary

@@ -46,7 +46,7 @@ class FieldError(CasuError):
 class LoadError(CasuError, ValueError):
     """A built dataset that cannot be read as asked; the message names the folder or repo, the
     config, the file or the field (from the harness, it starts with `--dataset`). Here, not in
-    dataset/reader.py, so that contract.UnknownTaskError can be one too."""
+    formats/reader.py, so that contract.UnknownTaskError can be one too."""
 
 
 # -- resources: a full disk, a file size limit, too long a name, no permission, no memory ---------

@@ -1,2 +1,2 @@
-"""Stage 4, scenes -> a built folder: the build, scene cache, executors, build record, lock, card,
-table schema and the one reader of a built dataset."""
+"""Stage 4, scenes -> a built folder: the build, scene cache, executors and card (the files it
+writes are read through casu_dataset/formats/)."""

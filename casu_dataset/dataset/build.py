@@ -53,9 +53,10 @@ from casu_dataset.dataset.card import (
 )
 from casu_dataset.dataset.config import BuildConfig, ConfigError, replace_problem
 from casu_dataset.dataset.executor import build_units, prebuild
+from casu_dataset.dataset.retrieval_plan import following, planner
 from casu_dataset.dataset.scene_cache import build_unit, clean_scene_cache
 from casu_dataset.families.compile import FamilyScene
-from casu_dataset.sounds.preflight import merge_rejected, rejected_summary
+from casu_dataset.families.preflight import merge_rejected, rejected_summary
 
 if TYPE_CHECKING:
     from casu_dataset.mix.cue_checks import CueMeter
@@ -165,12 +166,13 @@ class BuildReport:
     drift: list[dict] = field(default_factory=list)  # per scene, when a lock was followed
     identity: dict | None = None  # build_manifest.identity of the written folder
     cues: dict | None = None  # cue_checks.summary of the written folder (contrast families)
+    workers: dict = field(default_factory=dict)  # the executor's: worker_models (pid -> models loaded), ...
 
     def realization_summary(self) -> dict | None:
         """Reproduced/drifted counts of a locked build (None when no lock was followed)."""
         if not self.lock or self.lock.get("mode") != "followed":
             return None
-        from casu_dataset.dataset.lock import drift_summary
+        from casu_dataset.formats.lock import drift_summary
 
         return drift_summary(self.drift)
 
@@ -307,7 +309,7 @@ def build_dataset(
     Raises BuildError, writing nothing, when no scene is left or when more than `config.max_skips`
     scenes were skipped (None: any number); the previous folder at `out` stays as it was.
 
-    A builder with a `lock` (casu_dataset/dataset/lock.py) realizes every scene from it and reports
+    A builder with a `lock` (casu_dataset/formats/lock.py) realizes every scene from it and reports
     each as reproduced or drifted; `config.lock` "relock" makes the decisions afresh and writes the
     lock of the library `config.scenarios` from this build. `config.name` None: DEFAULT_NAME (api.build
     names a library by its file or folder first)."""
@@ -370,6 +372,9 @@ def build_dataset(
     ready = None
     try:
         t0 = time.perf_counter()
+        # The driver decides what every worker would otherwise load a model for: the clips of
+        # the units not yet in the cache (retrieval_plan.py), while the workers start.
+        plans = planner(mine, builder, seed, cache_dir, report.seconds)
         ready = prebuild(
             mine,
             seed,
@@ -380,6 +385,8 @@ def build_dataset(
             progress,
             ray_options,
             timings=getattr(builder, "timings", None),
+            plans=plans,
+            stats=report.workers,
         )
         if ready is None:
             report.seconds["prebuild"] = time.perf_counter() - t0
@@ -389,7 +396,8 @@ def build_dataset(
                 if i == len(mine) - 1:
                     report.seconds["prebuild"] = time.perf_counter() - t0
             try:
-                built = build_unit(unit, seed, builder, cache_dir)
+                with following(builder, plans()[i] if ready is None and executor == "local" else None):
+                    built = build_unit(unit, seed, builder, cache_dir)
             except (
                 Exception
             ) as err:  # one scene (or family) failing never stops the build; the reason is reported
@@ -446,7 +454,7 @@ def build_dataset(
                 )
 
             def on_configs(hashes):
-                from casu_dataset.dataset.lock import write_lock
+                from casu_dataset.formats.lock import write_lock
 
                 new = write_lock(
                     Path(relock),
@@ -478,7 +486,7 @@ def build_dataset(
 
 def _lock_entry(scene_id: str, built: dict, builder) -> dict:
     """A scene's lock entry from its build: the turns as the mixer used them (16 kHz, DC removed)."""
-    from casu_dataset.dataset.lock import scene_entry
+    from casu_dataset.formats.lock import scene_entry
 
     ann = built["annotation"]
     pcm = [
@@ -487,7 +495,7 @@ def _lock_entry(scene_id: str, built: dict, builder) -> dict:
     ]
     ref = getattr(builder, "reference", None)
     if getattr(builder, "realization", 1) == 2 and ref is not None:
-        from casu_dataset.dataset.lock import (
+        from casu_dataset.formats.lock import (
             conform_length,
         )  # as realization 2 mixed them: to realization 1's lock
 
@@ -668,7 +676,7 @@ class FolderWriter:
         """`rows`: every config's rows as written (light() is enough): the card is made from them.
         `on_configs(config_hashes)` runs once the parquet files are final and before the card is
         written (build --relock writes the lock there, so the card can name it)."""
-        from casu_dataset.dataset import build_manifest
+        from casu_dataset.formats import build_manifest
 
         self._start()
         try:
@@ -757,7 +765,7 @@ class FolderWriter:
 
 def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
     """Join shard folders into one dataset identical to a single-machine build."""
-    from casu_dataset.dataset.reader import BuiltDataset
+    from casu_dataset.formats.reader import BuiltDataset
 
     out = Path(out)
     reports = []

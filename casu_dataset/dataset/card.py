@@ -17,7 +17,7 @@ from casu_dataset.contract import (
     mcq_configs,
     tasks,
 )
-from casu_dataset.dataset.reader import (
+from casu_dataset.formats.reader import (
     ALL_CONFIG,  # every multiple-choice question together: the default config
 )
 
@@ -188,7 +188,7 @@ def dataset_card(rows: dict, report, settings: dict) -> str:
     import pyarrow
     import soundfile
 
-    from casu_dataset.sounds.preflight import rejected_text
+    from casu_dataset.families.preflight import rejected_text
 
     name = settings.get("name") or DEFAULT_NAME
     configs = configs_yaml()

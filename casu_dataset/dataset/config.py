@@ -162,7 +162,7 @@ class BuildConfig:
     command: the command line written into the card. progress: progress bars and notes on the
     console. realization: 1 (the dataset) or 2 (the same items, every non-speech layer on another
     recording of the same bank type, the speech and timelines unchanged; its own lock file
-    `realization2.lock.jsonl`, its own name; see casu_dataset/mix/other_recordings.py)."""
+    `realization2.lock.jsonl`, its own name; see casu_dataset/mix/second_realization.py)."""
 
     out: str | Path
     scenarios: str | Path = "default"
@@ -249,9 +249,9 @@ class BuildConfig:
 
     def library(self) -> Path:
         """The scenario library's path (the shipped ones for "default", "v2" and "v1")."""
-        from casu_dataset.scenarios import V1_DIR, V2_DIR
+        from casu_dataset.scenarios import FAMILY_LIBRARY_DIR, SCENE_LIBRARY_DIR
 
-        named = {"default": V2_DIR, "v2": V2_DIR, "v1": V1_DIR}
+        named = {"default": FAMILY_LIBRARY_DIR, "v2": FAMILY_LIBRARY_DIR, "v1": SCENE_LIBRARY_DIR}
         return Path(named.get(str(self.scenarios), self.scenarios))
 
     def builder_spec(self) -> dict:

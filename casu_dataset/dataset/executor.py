@@ -1,18 +1,20 @@
 """Who builds the scenes: this process, `num_proc` spawned workers, or Ray (ray_executor.py);
-what each builds is a unit (scene_cache.build_unit).
-Every executor only fills the scene cache; build.py then assembles the folder from the cache in a
-fixed order, so every executor writes the same bytes."""
+what each builds is a unit (scene_cache.build_unit), with the clips the driver picked for it
+(retrieval_plan.py), so workers load no retrieval model. Workers are long-lived: each makes its
+builder once and builds unit after unit. Every executor only fills the scene cache; build.py then
+assembles the folder from the cache in a fixed order, so every executor writes the same bytes."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Generator
+from collections.abc import Callable
 from pathlib import Path
 
 from casu_dataset.core.errors import Field
 from casu_dataset.core.signals import ignoring_sigint
 from casu_dataset.dataset.config import ConfigError
+from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
 
@@ -45,9 +47,16 @@ def prebuild(
     progress: bool = True,
     ray_options: dict | None = None,
     timings: dict | None = None,
-) -> Generator[None, None, None] | None:
+    plans: Callable[[], list | None] | list | None = None,
+    stats: dict | None = None,
+) -> PoolRun | None:
     """Fill the scene cache ahead of assembly ("ray", or "local" with num_proc > 1); a no-op for
     a single local process (build.py builds each unit as it assembles).
+
+    `plans`: per unit, the driver's retrieval plan (retrieval_plan.plan_retrieval) or None; or a
+    function returning them, called once the workers are starting (they import meanwhile).
+    `stats["worker_models"]` collects, per worker process, the models it loaded (none, when the
+    driver planned the retrieval and the speech cache is warm).
 
     Local workers return an iterator that yields once per unit, in the order given, when that
     unit is in the cache: the caller assembles unit i while the workers build the next ones
@@ -61,9 +70,18 @@ def prebuild(
             )
         from casu_dataset.dataset.ray_executor import prebuild_ray
 
-        prebuild_ray(units, seed, builder_spec, cache_dir, progress=progress, **(ray_options or {}))
+        prebuild_ray(
+            units,
+            seed,
+            builder_spec,
+            cache_dir,
+            progress=progress,
+            plans=plans,
+            stats=stats,
+            **(ray_options or {}),
+        )
         return None
-    # Never more worker processes than units of work: each one loads the models.
+    # Never more worker processes than units of work: each one imports the stack.
     if num_proc > len(units) > 0:
         log.info(
             "%d worker processes asked for %d units of work: starting %d", num_proc, len(units), len(units)
@@ -74,50 +92,93 @@ def prebuild(
             raise ConfigError(
                 Field("num_proc"), " > 1 needs a builder spec (workers construct their own models)"
             )
-        return _prebuild_parallel(units, seed, builder_spec, cache_dir, num_proc, timings)
+        return PoolRun(units, seed, builder_spec, cache_dir, num_proc, timings, plans, stats)
     return None
 
 
 _POOL_STATE: dict = {}
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
+    import sys
+
+    # The workers share the CPUs, as Ray's do (it sets OMP_NUM_THREADS to an actor's CPUs; here
+    # PoolRun sets it): with torch's default of a thread per core in every worker, each tiny
+    # retrieval GEMM waited on the other workers' threads (~35 ms a search, ~0.1 ms with one).
+    # The bytes do not change: embeddings are on a grid, so every score is exact under any
+    # thread count (sounds/retrieval.py), and Whisper's threads were already split (spec).
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(spec.get("threads") or 1)
     from casu_dataset.mix.realize import make_builder
 
-    # torch keeps its default thread count: its GEMM results depend on it, and retrieval
-    # scores are recorded in the annotation. Only Whisper's threads are split (spec).
     _POOL_STATE.update(builder=make_builder(spec), seed=seed, cache_dir=cache_dir)
 
 
-def _pool_build(unit):
-    """Build one unit in a worker; returns the worker's stage seconds spent on it (the parent adds
-    them up, so the build's stage timers cover the work done in workers too)."""
+def _pool_build(job):
+    """Build one unit (with the driver's retrieval plan) in a worker; returns (pid, models loaded
+    so far, the worker's stage seconds spent on it: the parent adds them up, so the build's stage
+    timers cover the work done in workers too)."""
+    unit, plan = job
     st = _POOL_STATE
-    before = dict(st["builder"].timings)
+    builder = st["builder"]
+    before = dict(builder.timings)
     try:
-        build_unit(unit, st["seed"], st["builder"], st["cache_dir"])
+        follow_plan(builder, plan)
+        build_unit(unit, st["seed"], builder, st["cache_dir"])
     except Exception:  # noqa: BLE001  (reported again, with the same reason, when the parent assembles)
         pass
-    return {k: v - before.get(k, 0.0) for k, v in st["builder"].timings.items()}
+    spent = {k: v - before.get(k, 0.0) for k, v in builder.timings.items()}
+    return os.getpid(), loaded_models(builder), spent
 
 
-def _prebuild_parallel(scenes, seed, spec, cache_dir, num_proc, timings=None) -> Generator[None, None, None]:
-    """Fill the scene cache with worker processes, yielding as each unit (in the given order) is
-    in it; the parent assembles the folder from the cache in that fixed order, so the output is
-    identical to num_proc=1. Workers are spawned, not forked: torch's and ctranslate2's thread
-    pools deadlock in a forked child. The pool starts at the first next()."""
-    import multiprocessing as mp
+class PoolRun:
+    """Worker processes filling the scene cache: `next()` returns once the next unit (in the given
+    order) is in it, so the parent assembles the folder in that fixed order and the output is
+    identical to num_proc=1; `close()` stops the workers. Workers are spawned, not forked
+    (torch's and ctranslate2's thread pools deadlock in a forked child) as soon as this is made,
+    so they import and make their builders while the driver plans (`plans()` is called at the
+    first next())."""
 
-    spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
-    with ignoring_sigint():  # the workers start with it ignored (inherited), even while importing
-        pool = mp.get_context("spawn").Pool(
-            num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
-        )
-    with pool:
-        # imap hands units out in order as workers free up and returns them in order: the workers
-        # run ahead of the caller, never more than the task queue allows.
-        for spent in pool.imap(_pool_build, scenes):
-            if timings is not None:
-                for k, v in spent.items():
-                    timings[k] = timings.get(k, 0.0) + v
-            yield None
+    def __init__(self, units, seed, spec, cache_dir, num_proc, timings=None, plans=None, stats=None):
+        import multiprocessing as mp
+
+        spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
+        self.units, self.plans, self.timings = units, plans, timings
+        self.models = (stats if stats is not None else {}).setdefault("worker_models", {})
+        # The workers' BLAS and OpenMP pools are sized as they start (numpy is imported before
+        # the initializer runs), so the split thread count goes in the environment they inherit.
+        threads = {k: str(spec["threads"]) for k in THREAD_VARS}
+        saved = {k: os.environ.get(k) for k in THREAD_VARS}
+        os.environ.update(threads)
+        try:
+            with ignoring_sigint():  # the workers start with it ignored (inherited), even while importing
+                self.pool = mp.get_context("spawn").Pool(
+                    num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
+                )
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.results = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> None:
+        if self.results is None:
+            plans = (self.plans() if callable(self.plans) else self.plans) or [None] * len(self.units)
+            # imap hands units out in order as workers free up and returns them in order: the
+            # workers run ahead of the caller, never more than the task queue allows.
+            self.results = self.pool.imap(_pool_build, list(zip(self.units, plans)))
+        pid, loaded, spent = next(self.results)
+        self.models[pid] = loaded
+        if self.timings is not None:
+            for k, v in spent.items():
+                self.timings[k] = self.timings.get(k, 0.0) + v
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()

@@ -129,8 +129,8 @@ def load_dataset(
     rebuilt folder is never served from the `datasets` cache of an older one."""
     import datasets
 
-    from casu_dataset.dataset.loading import data_files
-    from casu_dataset.dataset.reader import is_local
+    from casu_dataset.formats.loading import data_files
+    from casu_dataset.formats.reader import is_local
 
     cache = str(cache_dir) if cache_dir is not None else None
     if is_local(path_or_repo):

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from casu_dataset.core.hub import FOLDER, HubError, upload_files
-from casu_dataset.dataset.build_manifest import MANIFEST, MixedFolderError, verify
+from casu_dataset.formats.build_manifest import MANIFEST, MixedFolderError, verify
 
 
 def _links(root: Path) -> list[str]:

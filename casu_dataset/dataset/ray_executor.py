@@ -1,17 +1,21 @@
-"""Fill the per-scene build cache with Ray tasks (`build --executor ray [--ray-address ADDR]`).
+"""Fill the per-scene build cache with Ray (`build --executor ray [--ray-address ADDR]`).
 
-Each unit of work (a scene, or a contrast family's four variants) is one Ray task declaring its
-resources: one CPU, and a GPU (or a fraction) when the voices include a GPU TTS engine
-(Kokoro, Zonos) or `--ray-num-gpus` says so. A task builds its unit into the scene cache exactly
-as a local worker does and returns the cache entries it used; the driver stores the ones its own
-cache lacks (so a cluster needs no shared filesystem), then `build_dataset` assembles the folder
-from the cache in a fixed order: the output is byte-identical to `--num-proc 1`.
+Long-lived workers: one actor (BuildWorker) per CPU of the cluster, each making its builder once
+and building unit after unit; an actor declares its resources: one CPU, and a GPU (or a fraction)
+when the voices include a GPU TTS engine (Kokoro, Zonos) or `--ray-num-gpus` says so. The driver
+plans the retrieval (retrieval_plan.py) and sends each unit (a scene, or a contrast family's
+four variants) with its planned query embeddings, so no actor loads the sentence-transformers
+model; a model an actor does need (a TTS engine on a cold speech cache, Whisper) loads once in
+that actor. An actor builds its unit into the scene cache exactly as a local worker does and
+returns the cache entries it used; the driver stores the ones its own cache lacks (so a cluster
+needs no shared filesystem), then `build_dataset` assembles the folder from the cache in a fixed
+order: the output is byte-identical to `--num-proc 1`.
 
-Failures: a task whose worker process dies is retried by Ray (`max_retries`); a unit whose task is
-lost for good is built by the driver during assembly (nothing cached is lost, and nothing is
-built twice once cached). A scene that fails (bad script, unsayable text) is not a crash: the task
-returns, and the driver's assembly fails it again and reports it skipped with the same reason,
-exactly as a local build does.
+Failures: an actor whose process dies is restarted and its unit retried by Ray (`max_retries`);
+a unit whose call is lost for good is built by the driver during assembly (nothing cached is
+lost, and nothing is built twice once cached). A scene that fails (bad script, unsayable text) is
+not a crash: the call returns, and the driver's assembly fails it again and reports it skipped
+with the same reason, exactly as a local build does.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field
+from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.scene_cache import build_unit
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ GPU_ENGINES = ("kokoro", "zonos")
 ENTRY_FILES = ("annotation.json", "mixture.flac", "background.flac", "speech.flac", "events.flac", "done")
 
 _BUILDERS: dict[str, object] = {}  # per worker process: spec -> builder (models load once per process)
+IN_FLIGHT = 2  # calls queued per actor: the next unit is there when one finishes
 
 
 def require_ray():
@@ -73,12 +80,14 @@ def _local_cache(cache_dir: str) -> Path:
     return cache_layout.build_dir(Path(tempfile.gettempdir()) / "casu-ray-cache")
 
 
-def build_task(unit: list, seed: int, spec: dict, cache_dir: str) -> dict:
-    """Build one unit on a worker: {error, entries: {key: {file: bytes}}}."""
+def build_task(unit: list, seed: int, spec: dict, cache_dir: str, plan: dict | None = None) -> dict:
+    """Build one unit on a worker: {error, entries: {key: {file: bytes}}, pid, models}."""
     cache = _local_cache(cache_dir)
     touched: list[str] = []
+    builder = _builder(spec)
     try:
-        build_unit(unit, seed, _builder(spec), cache, touched)
+        follow_plan(builder, plan)
+        build_unit(unit, seed, builder, cache, touched)
         error = None
     except Exception as err:  # reported again, with the same reason, when the driver assembles
         error = f"{type(err).__name__}: {err}"
@@ -87,7 +96,19 @@ def build_task(unit: list, seed: int, spec: dict, cache_dir: str) -> dict:
         d = cache_layout.scenes_dir(cache) / key
         if (d / "done").is_file():
             entries[key] = {f: (d / f).read_bytes() for f in ENTRY_FILES}
-    return {"error": error, "entries": entries}
+    return {"error": error, "entries": entries, "pid": os.getpid(), "models": loaded_models(builder)}
+
+
+class BuildWorker:
+    """A long-lived Ray actor: makes its builder once (imports and any model it loads stay warm),
+    then builds the units it is sent."""
+
+    def __init__(self, spec: dict, seed: int, cache_dir: str):
+        self.spec, self.seed, self.cache_dir = spec, seed, cache_dir
+        _builder(spec)
+
+    def build(self, unit: list, plan: dict | None = None) -> dict:
+        return build_task(unit, self.seed, self.spec, self.cache_dir, plan)
 
 
 def store_entry(cache_dir: Path, key: str, files: dict[str, bytes]) -> bool:
@@ -116,10 +137,13 @@ def prebuild_ray(
     max_retries: int = 3,
     progress: bool = True,
     stats: dict | None = None,
+    plans: Callable[[], list | None] | list | None = None,
+    num_workers: int | None = None,
 ) -> None:
-    """Run one Ray task per unit and store what they built in `cache_dir`. Connects to `address`
-    (a running cluster: `ray start --head`), or starts a local one when none is given and this
-    process is not already connected; a cluster this call started is shut down at the end."""
+    """Build every unit on a pool of BuildWorker actors (`num_workers`, default one per CPU of the
+    cluster, never more than units) and store what they built in `cache_dir`. Connects to
+    `address` (a running cluster: `ray start --head`), or starts a local one when none is given
+    and this process is not already connected; a cluster this call started is shut down at the end."""
     ray = require_ray()
     from tqdm import tqdm
 
@@ -138,31 +162,63 @@ def prebuild_ray(
             " 0)",
         )
     spec = {**spec, "threads": 1}
-    task = ray.remote(build_task).options(num_cpus=1, num_gpus=gpus, max_retries=max_retries)
     stats = stats if stats is not None else {}
     stats.update(stored=0, failed=0, lost=[])
+    models = stats.setdefault("worker_models", {})
+    have = ray.cluster_resources()
+    n = num_workers or max(1, int(have.get("CPU", 1)))
+    if gpus:  # an actor holds its GPU share for the whole build: no more actors than shares
+        n = min(n, max(1, int(have.get("GPU", 0) / gpus + 1e-9)))
+    n = max(1, min(n, len(units)))
+    actor = ray.remote(BuildWorker).options(
+        num_cpus=1, num_gpus=gpus, max_restarts=max_retries, max_task_retries=max_retries
+    )
     try:
-        spec_ref = ray.put(spec)
-        pending = {task.remote(u, seed, spec_ref, str(cache_dir)): u for u in units}
-        with tqdm(total=len(pending), desc="scenes (ray)", disable=not progress) as bar:
+        # The spec goes by value: an actor restarted after its process died needs its arguments
+        # again, and an object-store copy may be gone by then.
+        workers = [actor.remote(spec, seed, str(cache_dir)) for _ in range(n)] if units else []
+        # The actors start (imports, builder) while the driver plans.
+        plans = plans() if callable(plans) else plans
+        jobs = list(zip(units, plans or [None] * len(units)))
+        queue = list(reversed(jobs))
+        pending: dict = {}  # call -> (worker, unit)
+
+        def submit(w) -> None:
+            unit, plan = queue.pop()
+            pending[w.build.remote(unit, plan)] = (w, unit)
+
+        for _ in range(IN_FLIGHT):  # round by round: a unit for every actor before a second one
+            for w in workers:
+                if queue:
+                    submit(w)
+        dead: set = set()
+        with tqdm(total=len(jobs), desc="scenes (ray)", disable=not progress) as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
-                unit = pending.pop(done[0])
+                w, unit = pending.pop(done[0])
+                bar.update()
                 try:
                     res = ray.get(done[0])
                 except Exception as err:  # retries exhausted: the driver builds this unit itself
                     stats["lost"].append((unit[0].script.id, f"{type(err).__name__}"))
-                    bar.update()
+                    dead.add(w)  # its restarts are used up: the others take the queue
+                    live = [x for x in workers if x not in dead]
+                    while queue and live and len(pending) < IN_FLIGHT * len(live):
+                        submit(live[len(queue) % len(live)])
                     continue
+                if queue:
+                    submit(w)  # the freed actor's next unit, queued behind its other call
+                models[res["pid"]] = res["models"]
                 stats["failed"] += res["error"] is not None
                 stats["stored"] += sum(store_entry(cache_dir, k, f) for k, f in res["entries"].items())
-                bar.update()
+        # Every actor died for good: the units never sent are built by the driver too.
+        stats["lost"].extend((unit[0].script.id, "no live worker") for unit, _ in queue)
     finally:
         if started:
             ray.shutdown()
     for sid, why in stats["lost"]:
         log.warning(
-            "ray: the task for %s was lost (%s) after %s retries; built locally instead",
+            "ray: the build of %s was lost (%s) after %s retries; built locally instead",
             sid,
             why,
             max_retries,

@@ -16,7 +16,7 @@ from casu_dataset import __version__
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.audio_io import encode_flac
 from casu_dataset.core.content_key import content_key
-from casu_dataset.families.shared_timeline import build_family
+from casu_dataset.families.family_build import build_family
 
 BUILD_CACHE_VERSION = 1
 # The code that turns a script into audio: a change to any of these files changes every scene
@@ -32,10 +32,12 @@ RENDER_SOURCES = (
     "sounds/retrieval.py",
     "sounds/catalog.py",
     "contract.py",
+    "core/rng.py",
     "speech/*.py",
-    "families/shared_timeline.py",
-    "dataset/lock.py",
-    "mix/other_recordings.py",
+    "families/family_build.py",
+    "formats/lock.py",
+    "mix/realize_locked.py",
+    "mix/second_realization.py",
 )
 _CODE_ROOT = Path(__file__).parent.parent  # the casu_dataset package
 STEMS = ("mixture", "background", "speech", "events")
@@ -135,7 +137,7 @@ def _store(d: Path, files: dict[str, bytes]) -> None:
 def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = None) -> tuple[dict, bool]:
     """A scene realized from the builder's lock (casu_dataset/dataset/lock.py), cached under a key of its
     lock entry and the rendering code: {annotation, flac, drift}."""
-    from casu_dataset.dataset.lock import realize_locked
+    from casu_dataset.mix.realize_locked import realize_locked
 
     entry = builder.lock.entry(scene.script.id)
     key = content_key(
@@ -189,11 +191,28 @@ def _build_unit_first_realization(
     """Realization 1 of a unit without a lock: each layer on the clip retrieval picks for it (near
     ties drawn from the seed); a family's variants are built together (build_family)."""
     if getattr(unit[0], "family_id", ""):
-        return build_family(
+        out = build_family(
             unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched)
         )
-    (scene,) = unit
-    return {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
+    else:
+        (scene,) = unit
+        out = {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
+    marker = _unit_marker(unit, seed, builder, cache_dir)
+    if not marker.is_file():
+        atomic.write_text(marker, "ok")
+    return out
+
+
+def _unit_marker(unit: list, seed: int, builder, cache_dir: Path) -> Path:
+    """A file whose presence says every scene of the unit is in the cache (realization 1), keyed
+    on what decides them all: the driver skips planning the retrieval of such a unit."""
+    parts = ["unit", *[_render_inputs(s, seed, builder) for s in unit]]
+    return cache_layout.scenes_dir(cache_dir) / f"unit-{content_key(parts + _index_settings(builder), 32)}"
+
+
+def unit_built(unit: list, seed: int, builder, cache_dir: Path) -> bool:
+    """Whether realization 1 of `unit` was built into this cache before (its scenes load from it)."""
+    return _unit_marker(unit, seed, builder, cache_dir).is_file()
 
 
 def reference_unit(
@@ -229,9 +248,9 @@ def other_recordings_key(scene, seed: int, builder, refs: dict) -> str:
 def build_unit_other_recordings(
     unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
 ) -> dict[str, tuple[dict, bool]]:
-    """Realization 2 of a unit (casu_dataset/mix/other_recordings.py): scene id -> ({annotation, flac},
+    """Realization 2 of a unit (casu_dataset/mix/second_realization.py): scene id -> ({annotation, flac},
     cache hit). The variants of a family are prepared together (they share one non-speech headroom)."""
-    from casu_dataset.mix import other_recordings
+    from casu_dataset.mix import second_realization as other_recordings
 
     refs = reference_unit(unit, seed, builder, cache_dir, touched)
     dirs = {

@@ -20,11 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from casu_dataset.contract import DATASET_LETTERS as LETTERS
 from casu_dataset.core import strict_yaml
-from casu_dataset.scenarios import V2_DIR
+from casu_dataset.scenarios import FAMILY_LIBRARY_DIR
 from casu_dataset.script.scenes import LAYER_NAMES, LibraryError, Question, Scene, TaskName
 from casu_dataset.script.schema import ScriptError, parse_script
 
-DEFAULT_V2_DIR = V2_DIR
+DEFAULT_FAMILY_LIBRARY = FAMILY_LIBRARY_DIR
 DEFAULT_WINDOW_S = 4.0
 SHAPES = ("slot", "crossed")
 _ID = re.compile(r"^[a-z0-9_]+$")
@@ -331,7 +331,7 @@ def _versions(fam: Family, w: str) -> dict[str, list[dict]]:
 
 
 def compile_families(
-    folder: str | Path = DEFAULT_V2_DIR, skipped: list[dict] | None = None
+    folder: str | Path = DEFAULT_FAMILY_LIBRARY, skipped: list[dict] | None = None
 ) -> list[FamilyScene]:
     """Every variant scene of every family in `folder` (or one file). With `skipped`, a family
     that fails is recorded there as {scene_id: FAMILY, reason} and the rest compile."""

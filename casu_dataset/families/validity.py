@@ -217,7 +217,7 @@ def check_type_truth(scenes: list, retriever) -> dict:
 def check_built(folder: str | Path) -> tuple[list[Violation], dict]:
     """Stem identity in a built dataset (read from its parquet files, never from a cache)."""
     from casu_dataset.core.audio_io import decode_bytes
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
 
     ds = BuiltDataset(folder, full=True)  # validity reads every stem anyway: check every file's hash
     cols = ["scene_id", "family_id", "speech_group", "fill_group", "speech", "background", "events"]
@@ -263,7 +263,7 @@ def check_coverage(folder: str | Path, scenes: list) -> list[Violation]:
     """Every variant of the library in the built dataset and nothing else: a family the build
     skipped (its reason from build_report.json when recorded), or a scene the library does not
     have, is a violation naming it."""
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
 
     try:
         built = set(BuiltDataset(folder).table(SCENES_CONFIG).arrow.column("scene_id").to_pylist())
@@ -404,12 +404,18 @@ def length_readers(scenes: list) -> dict:
 
 
 def format_report(
-    cov: dict, violations: list, blind: dict | None, built: tuple | None, truth: dict | None = None
+    cov: dict,
+    violations: list,
+    blind: dict | None,
+    built: tuple | None,
+    truth: dict | None = None,
+    *,
+    dataset_version: str,
 ) -> str:
-    from casu_dataset.dataset.card import DATASET_VERSION
-
+    """The report's markdown; `dataset_version`: the card's (dataset/card.py), passed by the caller
+    because the dataset stage sits above the families."""
     lines = [
-        f"# CASU-mini validity report (contrast families; dataset {DATASET_VERSION})",
+        f"# CASU-mini validity report (contrast families; dataset {dataset_version})",
         "",
         f"families {cov['families']} ({', '.join(f'{k} {v}' for k, v in cov['per_shape'].items())}; slot "
         f"kind {', '.join(f'{k} {v}' for k, v in cov['per_slot_kind'].items())}), scenes {cov['scenes']}, "

@@ -24,7 +24,7 @@ from pydantic import (
 
 from casu_dataset.contract import DATASET_LETTERS, mcq_tasks
 from casu_dataset.core import strict_yaml
-from casu_dataset.scenarios import V1_DIR
+from casu_dataset.scenarios import SCENE_LIBRARY_DIR
 from casu_dataset.script.scenes import LAYER_NAMES, LibraryError, Question, Scene, TaskName
 from casu_dataset.script.schema import SceneScript, ScriptError, parse_script
 
@@ -35,7 +35,7 @@ def __getattr__(name):  # TASKS: the registry's multiple-choice tasks at the tim
     raise AttributeError(name)
 
 
-DEFAULT_DIR = V1_DIR
+DEFAULT_DIR = SCENE_LIBRARY_DIR
 LETTERS = DATASET_LETTERS
 
 

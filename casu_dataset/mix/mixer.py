@@ -22,7 +22,6 @@ from casu_dataset.contract import (
     ANNOTATION_FORMAT,
     ANNOTATION_VERSION,
     AnnotationError,
-    derive_rng,
 )
 from casu_dataset.core import cache_layout
 from casu_dataset.core.audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
@@ -35,6 +34,7 @@ from casu_dataset.core.loudness import (
     merged_spans,
     peak_abs,
 )
+from casu_dataset.core.rng import derive_rng
 from casu_dataset.script.schema import SceneScript
 from casu_dataset.script.timeline import Timeline, TimingConfig, resolve
 

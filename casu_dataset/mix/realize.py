@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from casu_dataset.contract import derive_rng
+from casu_dataset.core.rng import derive_rng
 from casu_dataset.mix.mixer import (
     ClipCache,
     MixConfig,
@@ -35,7 +35,7 @@ class SceneBuilder:
     tie_margin: float = 0.02
     cache: ClipCache | None = None
     lock: object | None = None  # a lock.Lock to follow: every scene realized from it
-    realization: int = 1  # 2: every non-speech layer on another recording (mix/other_recordings.py)
+    realization: int = 1  # 2: every non-speech layer on another recording (mix/second_realization.py)
     reference: object | None = None  # realization 2: realization 1's lock.Lock (None: decided in the run)
 
     def __post_init__(self):
@@ -197,12 +197,12 @@ def make_builder(spec: dict) -> SceneBuilder:
     cfg = MixConfig(fixed_duration=spec["duration"]) if spec.get("duration") else MixConfig()
     lock = None
     if spec.get("lock"):
-        from casu_dataset.dataset.lock import read_lock
+        from casu_dataset.formats.lock import read_lock
 
         lock = read_lock(spec["lock"])  # checked against the library by the parent already
     reference = None
     if spec.get("reference_lock"):
-        from casu_dataset.dataset.lock import read_lock
+        from casu_dataset.formats.lock import read_lock
 
         reference = read_lock(spec["reference_lock"])
     return SceneBuilder(

@@ -66,7 +66,7 @@ class ReviewData:
     """The built dataset (local folder), read with pyarrow: scenes, stems and questions."""
 
     def __init__(self, dataset: str | Path):
-        from casu_dataset.dataset.reader import BuiltDataset, LoadError
+        from casu_dataset.formats.reader import BuiltDataset, LoadError
 
         self.root = Path(dataset)
         if not (self.root / "scenes").is_dir():
@@ -82,7 +82,7 @@ class ReviewData:
         self.log = DecisionLog(decisions_path(self.root))
 
     def _read(self, ds) -> None:
-        from casu_dataset.dataset.reader import ConfigNotFound
+        from casu_dataset.formats.reader import ConfigNotFound
 
         self._config = SCENES_CONFIG  # named in the error if this config cannot be read
         self.scenes = {r["scene_id"]: r for r in ds.table(SCENES_CONFIG).arrow.to_pylist()}
@@ -329,7 +329,7 @@ class ReviewData:
     @functools.lru_cache(maxsize=64)
     def timeline(self, sid: str) -> bytes:
         from casu_dataset.core.audio_io import decode_bytes
-        from casu_dataset.review.timeline import timeline_png
+        from casu_dataset.review.timeline_picture import timeline_png
 
         s = self.scenes[sid]
         return timeline_png(decode_bytes(s["audio"]["bytes"]), json.loads(s["annotation"]))

@@ -12,7 +12,7 @@ from pydantic import AfterValidator
 
 from casu_dataset.contract import mcq_tasks
 from casu_dataset.core.errors import CasuError
-from casu_dataset.scenarios import V1_DIR, V2_DIR
+from casu_dataset.scenarios import FAMILY_LIBRARY_DIR, SCENE_LIBRARY_DIR
 from casu_dataset.script.schema import SceneScript
 
 LAYER_NAMES = ("speech", "event", "background")
@@ -62,9 +62,9 @@ def library_name(folder: str | Path) -> str:
     """The dataset name a scenario set is built under: CASU-mini for the shipped library,
     otherwise the folder's name (or the file's stem)."""
     p = Path(folder)
-    if p.resolve() == V1_DIR.resolve():
+    if p.resolve() == SCENE_LIBRARY_DIR.resolve():
         return "CASU-mini"
-    if p.resolve() == V2_DIR.resolve():
+    if p.resolve() == FAMILY_LIBRARY_DIR.resolve():
         return "CASU-mini v2"
     return (p.resolve().name if p.is_dir() else p.stem) or "CASU"
 

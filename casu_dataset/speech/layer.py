@@ -16,11 +16,11 @@ from pathlib import Path
 
 import soundfile as sf
 
-from casu_dataset.contract import derive_rng
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.audio_io import wav_bytes
 from casu_dataset.core.content_key import content_key
 from casu_dataset.core.errors import CasuError
+from casu_dataset.core.rng import derive_rng
 from casu_dataset.script.schema import SceneScript, Speaker
 from casu_dataset.speech.engines import EngineError, get_engine
 from casu_dataset.speech.pitch import median_f0, semitones

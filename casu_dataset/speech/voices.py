@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import soxr
 
-from casu_dataset.contract import derive_rng
+from casu_dataset.core.rng import derive_rng
 from casu_dataset.speech.engines import EngineError, check_text, get_engine
 
 PITCH_RANGE_ST = (-3.0, 3.0)  # seeded shifts for derived adult voices

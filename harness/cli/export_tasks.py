@@ -62,7 +62,7 @@ class ExportError(CasuError, ValueError):
 def local_files(source: str, config: str, split: str = "test") -> list[Path]:
     """The parquet files of one config of a built folder, absolute, the build record checked first
     (no stray or missing file, every size as the build wrote it)."""
-    from casu_dataset.dataset.reader import BuiltDataset, LoadError
+    from casu_dataset.formats.reader import BuiltDataset, LoadError
 
     folder = Path(source).expanduser().resolve()
     if not folder.is_dir():
@@ -84,7 +84,7 @@ def num_rows(files: list[Path]) -> int:
 def dataset_block(source: str, config: str, split: str = "test") -> str:
     """The YAML lines that point a task at one config of the dataset (a folder: its parquet files by
     absolute path; a Hub id: dataset_path + dataset_name)."""
-    from casu_dataset.dataset.reader import is_local
+    from casu_dataset.formats.reader import is_local
 
     if not is_local(source):
         return f"dataset_path: {json.dumps(source)}\ndataset_name: {config}\ntest_split: {split}\n"
@@ -229,7 +229,7 @@ def export_tasks(peer: str, out_dir: str | Path, source: str, skipped: list[str]
     fails to load fails the whole `casu` group in either harness."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from casu_dataset.dataset.reader import is_local
+    from casu_dataset.formats.reader import is_local
     from harness.peers.common import GROUP, TASKS, casu_task
 
     if peer not in PEERS:

@@ -333,7 +333,7 @@ def _yaml_defaults(path: str) -> dict:
 
 def _samples_file(results_path, task: str):
     """CASU's sample log of `task` beside the results JSON a run wrote."""
-    from harness.output.results import CASU_RESULTS, CASU_SAMPLES
+    from harness.output.writer import CASU_RESULTS, CASU_SAMPLES
 
     stamp = results_path.stem.removeprefix(CASU_RESULTS)
     return results_path.parent / f"{CASU_SAMPLES}{task}_{stamp}.jsonl"
@@ -397,12 +397,12 @@ def cmd_run(argv: list[str]) -> int:
             file=sys.stderr,
         )
     print(res.table())
-    from harness.output.results import conditions_ran, status_table, table2, unparsed_alarms
+    from harness.output.tables import ablation_table, conditions_ran, status_table, unparsed_alarms
 
     if conditions_ran(doc):
-        print("\nTable 2: accuracy / family accuracy (%) per layer condition\n" + table2(doc))
+        print("\nTable 2: accuracy / family accuracy (%) per layer condition\n" + ablation_table(doc))
     if doc.get("robustness"):
-        from harness.output.results import robustness_table
+        from harness.output.tables import robustness_table
 
         print("\n" + robustness_table(doc))
     print("\n" + status_table(doc))

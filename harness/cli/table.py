@@ -14,7 +14,8 @@ def cmd_table(argv: list[str]) -> int:
     )
     p.add_argument("output_path", nargs="?", default="results")
     a = p.parse_args(argv)
-    from harness.output.results import latest_documents, table1
+    from harness.output.document import latest_documents
+    from harness.output.tables import main_table
 
     if os.path.lexists(a.output_path):  # a symlink loop, a dangling link, a FIFO: named
         from casu_dataset.core.paths import PathProblem, input_path
@@ -31,5 +32,5 @@ def cmd_table(argv: list[str]) -> int:
     if not docs:
         error_line(f"{a.output_path}: no complete results (casu_results_*.json) found")
         return EXIT_USAGE
-    print(table1(*docs))
+    print(main_table(*docs))
     return EXIT_OK

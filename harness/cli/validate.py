@@ -18,7 +18,7 @@ def cmd_validate(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from pathlib import Path
 
-    from casu_dataset.dataset.reader import LoadError
+    from casu_dataset.formats.reader import LoadError
     from harness.run.data import CasuData
     from harness.task.config import (
         TaskConfigError,

@@ -13,9 +13,14 @@ import math
 import os
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from casu_dataset.core import atomic
+
+if TYPE_CHECKING:
+    from harness.run.schema import ResultsDocument
 
 FOREIGN_TMP_AGE_S = 24 * 3600  # a temp in a results folder is stale after a day (a run's writes are short)
 
@@ -42,13 +47,14 @@ def file_record(path: Path) -> dict:
     return {"file": path.name, "lines": blob.count(b"\n"), "sha256": hashlib.sha256(blob).hexdigest()}
 
 
-def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
+def check_run(results_json: Path) -> tuple[ResultsDocument | None, list[Path], str | None]:
     """(document, its sample logs, None) for a complete run, else (None, [], why not)."""
     odd = _not_regular(results_json)
     if odd:
         return None, [], odd
     try:
-        doc = json.loads(results_json.read_text())
+        # read as CASU's document; the checks below refuse what is not a complete one
+        doc: ResultsDocument = json.loads(results_json.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         return None, [], f"does not parse ({type(err).__name__}: {err})"
     if not isinstance(doc, dict) or doc.get("complete") is not True:
@@ -66,8 +72,9 @@ def check_run(results_json: Path) -> tuple[dict | None, list[Path], str | None]:
     if bad:
         return None, [], f"{bad} is not a finite number (the file was edited or damaged): not a score"
     logs = []
-    for key in ("sample_logs", "lm_eval_sample_logs"):  # CASU's sample records, then lm-eval's lines
-        for task, rec in (doc.get(key) or {}).items():
+    # CASU's sample records, then lm-eval's lines
+    for written in (doc.get("sample_logs"), doc.get("lm_eval_sample_logs")):
+        for task, rec in (written or {}).items():
             p = results_json.parent / rec["file"]
             if not p.is_file() or _not_regular(p):
                 return None, [], f"sample log {rec['file']} is missing (or not a regular file)"
@@ -126,7 +133,7 @@ def _not_regular(path: Path) -> str | None:
 
 def complete_runs(
     output_path: str | Path,
-) -> tuple[list[tuple[Path, dict, list[Path]]], list[tuple[Path, str]]]:
+) -> tuple[list[tuple[Path, ResultsDocument, list[Path]]], list[tuple[Path, str]]]:
     """Every complete run under an output folder (oldest first per model) and the skipped ones with why."""
     runs, skipped = [], []
     root = Path(output_path)
@@ -268,14 +275,14 @@ def sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", name)
 
 
-def checkpoint(model: dict) -> str | None:
+def checkpoint(model: Mapping[str, Any]) -> str | None:
     """The checkpoint a run evaluated: --model_args pretrained= (or an API adapter's model=)."""
     args = model.get("args") or {}
     ck = args.get("pretrained") or args.get("model")
     return str(ck) if ck else None
 
 
-def run_key(model: dict) -> str:
+def run_key(model: Mapping[str, Any]) -> str:
     """The results folder of a model: sanitized adapter name plus checkpoint, e.g.
     `qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`, so two checkpoints of one adapter never share files."""
     key = sanitize(model["name"])

@@ -18,6 +18,7 @@ The token comes from HF_TOKEN (or the huggingface_hub login) and is never printe
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -29,12 +30,17 @@ from casu_dataset.contract import (
 )
 from casu_dataset.core import hub
 
+if TYPE_CHECKING:
+    from harness.run.schema import ResultsDocument
+
 
 class PushError(hub.HubError):
     pass
 
 
-def runs(output_path: str | Path, skipped: list | None = None) -> list[tuple[Path, dict, list[Path]]]:
+def runs(
+    output_path: str | Path, skipped: list | None = None
+) -> list[tuple[Path, ResultsDocument, list[Path]]]:
     """The complete runs under an output folder (results JSON, document, its sample logs);
     incomplete ones (killed, truncated, older harness) go to `skipped` as (path, why)."""
     from harness.output.files import complete_runs
@@ -57,9 +63,9 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
 
     `checkpoint`: the results folder name (`qwen2.5-omni__Qwen__Qwen2.5-Omni-7B`), the checkpoint
     (`Qwen/Qwen2.5-Omni-7B`) or the adapter name; needed when the folder holds several."""
+    from harness.output.document import latest_runs
     from harness.output.files import checkpoint as ck_of
     from harness.output.files import run_key
-    from harness.output.results import latest_runs
 
     runs(output_path, skipped)  # PushError when there is no complete run at all
     full = latest_runs(output_path, full_only=True)
@@ -155,7 +161,8 @@ def plan_details(run: tuple, details_repo: str, repo: str) -> list:
 
 def results_card(output_path: str | Path, repo: str) -> str:
     """README.md of the results dataset: table 1 of each checkpoint's latest full run."""
-    from harness.output.results import latest_runs, table1
+    from harness.output.document import latest_runs
+    from harness.output.tables import main_table
 
     docs = [d for _, d, _ in latest_runs(output_path, full_only=True)]
     return "\n".join(
@@ -177,7 +184,7 @@ def results_card(output_path: str | Path, repo: str) -> str:
             "",
             "## Table 1 (all layers, each checkpoint's latest full run)",
             "",
-            table1(*docs),
+            main_table(*docs),
             "",
             "BLEU-4 on 0-100; BERTScore F1, Event Match and 1 - WER on 0-1; accuracies in %.",
             "",
@@ -464,8 +471,8 @@ def pr_eval_results(
     except hub.HubError as err:
         raise PushError(str(err)) from None
     if checkpoint is None:  # the target repo's own run, when the folder has one
+        from harness.output.document import latest_runs
         from harness.output.files import run_key
-        from harness.output.results import latest_runs
 
         own = [r for r in latest_runs(output_path) if same_repo(ck_of(r[1]["model"]), model_repo)]
         checkpoint = run_key(own[0][1]["model"]) if len(own) == 1 else None

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from casu_dataset.contract import FULL_CONDITION
 from harness.output.files import checkpoint, run_key
@@ -260,7 +262,7 @@ def model_name(model: dict) -> str:
     return checkpoint(model) or model["name"]
 
 
-def config_block(doc: dict) -> dict:
+def config_block(doc: Mapping[str, Any]) -> dict:
     """lm-eval's `config` (model, model_args, model_num_parameters, model_dtype, model_revision,
     model_sha, batch_size, batch_sizes, device, use_cache, limit, bootstrap_iters, gen_kwargs,
     random_seed, numpy_seed, torch_seed, fewshot_seed), then CASU's own run settings."""
@@ -294,7 +296,7 @@ def config_block(doc: dict) -> dict:
     return {**lm, **{k: v for k, v in cfg.items() if k not in lm}}
 
 
-def view(doc: dict) -> dict:
+def view(doc: Mapping[str, Any]) -> dict:
     """lm-eval's results JSON for one run of the project's document `doc` (without `samples`)."""
     cfg = doc.get("config") or {}
     model = doc["model"]

@@ -6,7 +6,12 @@ artifact. `WANDB_MODE=offline` writes a local run folder (`wandb sync` sends it 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.run.schema import ResultsDocument
 
 WHY = "--wandb_args: needs the wandb package (pip install 'casu[wandb]')"
 
@@ -19,7 +24,7 @@ def check_available() -> None:
         raise ImportError(WHY) from None
 
 
-def _rows(doc: dict) -> list[list]:
+def _rows(doc: ResultsDocument) -> list[list]:
     rows = []
     for task, by_cond in doc["results"].items():
         for cond, metrics in by_cond.items():
@@ -33,8 +38,14 @@ def _rows(doc: dict) -> list[list]:
 SAMPLE_COLUMNS = ("id", "condition", "rotation", "prompt", "response", "parsed", "answer", "correct", "error")
 
 
-def log_run(doc: dict, samples: dict[str, list] | None, wandb_args: dict, results_path: Path | None) -> str:
-    """Log one finished run; returns the W&B run's folder (offline) or URL."""
+def log_run(
+    doc: ResultsDocument,
+    samples: Mapping[str, list[dict[str, Any]]] | None,
+    wandb_args: dict,
+    results_path: Path | None,
+) -> str:
+    """Log one finished run (`samples`: CASU's sample lines, Results.samples); returns the W&B
+    run's folder (offline) or URL."""
     import wandb
 
     run = wandb.init(**{"job_type": "eval", **wandb_args}, config=json.loads(json.dumps(doc["config"])))

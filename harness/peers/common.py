@@ -25,6 +25,7 @@ from casu_dataset.core.audio_io import SAMPLE_RATE, decode_bytes
 from casu_dataset.core.errors import CasuError
 from harness.scoring import metrics
 from harness.scoring.parsing import parse_choice
+from harness.scoring.records import ScoredRecord
 from harness.task.config import TaskConfig, builtin_tasks_dir, load_task
 from harness.task.prompts import build_prompt
 
@@ -111,9 +112,9 @@ def description_item(task: str, doc: dict, response: str) -> dict:
     }
 
 
-def _records(items: Sequence[dict]) -> list[dict]:
-    """Items as CASU's scored records (rotation 0, scored), fresh dicts (metrics write on them)."""
-    return [dict(it, rotation=0, method=it.get("method", "generate")) for it in items]
+def _records(items: Sequence[dict]) -> list[ScoredRecord]:
+    """Items as CASU's scored records (rotation 0, scored)."""
+    return [ScoredRecord.from_row(dict(it, rotation=0, method=it.get("method", "generate"))) for it in items]
 
 
 def registry_value(name: str, items: Sequence[dict]) -> float | None:

@@ -10,10 +10,9 @@ fails is a failed sample, not the end of the run."""
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from harness.run.batches import next_batch, requests_for
+from harness.run.batches import ModelOutput, next_batch, requests_for
 from model_adapters.base import AdapterError
 
 
@@ -31,7 +30,7 @@ def process_concurrently(
             raise  # the model cannot run at all (a refused key, a missing model): stop
         except Exception as err:  # noqa: BLE001 - retry alone so one bad request cannot sink its batch
             if len(units) == 1:  # already alone: its retries are spent, it is a failed sample
-                return [{"error": f"{type(err).__name__}: {err}"}]
+                return [ModelOutput.failed(err)]
             return one_by_one(units, reqs)
 
     # Batches queued at once: twice the limit when the adapter enforces it itself, so the
@@ -58,8 +57,8 @@ def process_concurrently(
                 results = f.result()  # an AdapterError stops the run here
                 for u, res in zip(units, results):
                     out[u.key] = res
-                    if cache is not None and "error" not in res:
-                        cache.put(u.key, json.dumps(res))
+                    if cache is not None and res.error is None:
+                        cache.put(u.key, res.to_json())
                 bar.update(len(units))
                 failures.add(results, adapter)
         finished = True

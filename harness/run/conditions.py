@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from casu_dataset.contract import LAYER_CODES as CODE  # noqa: F401  (harness.run.conditions.CODE)
-from casu_dataset.contract import LAYERS, SceneAnnotation, condition_name, derive_rng
+from casu_dataset.contract import LAYERS, SceneAnnotation, condition_name
 from casu_dataset.core.loudness import SILENCE_LUFS, measure_lufs
+from casu_dataset.core.rng import derive_rng
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A built CASU dataset (a local folder or a Hub repo) as evaluation samples.
 
-Reading is `casu_dataset.dataset.reader`'s (the one reader of a built dataset: exactly the parquet files
+Reading is `casu_dataset.formats.reader`'s (the one reader of a built dataset: exactly the parquet files
 on disk, hashed from the bytes parsed, the build record checked); this module adds what the
 harness checks before any model runs (the columns each task reads, the scenes the layer
 conditions render from) and the audio under a condition. Every table and row list is held by
@@ -21,7 +21,7 @@ import numpy as np
 
 from casu_dataset.contract import AnnotationError, SceneAnnotation
 from casu_dataset.core.audio_io import decode_bytes
-from casu_dataset.dataset.reader import BuiltDataset, LoadError, Row, SceneRow, Table
+from casu_dataset.formats.reader import BuiltDataset, LoadError, Row, SceneRow, Table
 from harness.run.conditions import Condition, render
 
 # Columns a task reads from its config (beyond these, missing text columns read as empty).
@@ -127,7 +127,7 @@ class CasuData:
 
     def check_scenes(self, samples: list[Row]) -> None:
         """The `scenes` config the layer conditions render from: checked stems and annotations
-        (casu_dataset.dataset.reader) and a row for every sample's scene (else each sample would fail
+        (casu_dataset.formats.reader) and a row for every sample's scene (else each sample would fail
         alone, deep in rendering, with a TypeError or KeyError)."""
         have = self._scenes
         lost = sorted({s.scene_id for s in samples} - set(have))

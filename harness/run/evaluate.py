@@ -5,22 +5,24 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from typing import Any, Literal
 
 from harness.config import EvalConfig, limit_count, resolve_batch_size
+from harness.run.batches import Unit
 from harness.run.conditions import FULL, Condition, parse_conditions
 from harness.run.data import CasuData
 from harness.run.runner import (
     RunState,
-    Unit,
     make_units,
     run_units,
     score_unit,
     settings_for,
 )
+from harness.run.schema import AudioProbe, Evaluation, SampleError, TaskCounts, TaskResults
 from harness.scoring import metrics
 from harness.scoring.metrics import JudgeEventMatcher, ScoringContext
 from harness.scoring.parsing import LLMJudge
-from harness.scoring.records import ScoredRecord
+from harness.scoring.records import ScoredRecord, as_rows
 from harness.task.config import TaskConfig
 from model_adapters.base import Adapter
 
@@ -36,7 +38,7 @@ def audio_probe(
     cache,
     base_key,
     state,
-) -> dict:
+) -> AudioProbe:
     """Ask a few questions on the real audio, on silence and on another scene's audio.
 
     If no answer (or option score) changes, the audio is probably not reaching the model."""
@@ -67,13 +69,12 @@ def audio_probe(
             v.key = f"{u.key}:probe:{kind}:{other.scene_id if kind == 'other' else ''}"
             probe_units.append((kind, v))
     out = run_units([v for _, v in probe_units], adapter, data, cache, batch_size, state, progress=False)
-    per_q = []
+    per_q: list[dict[str, Any]] = []
     for i in range(len(picked)):
         trio = {kind: out[v.key] for kind, v in probe_units[3 * i : 3 * i + 3]}
-        if any("error" in r for r in trio.values()):
-            per_q.append(
-                {"id": picked[i].id, "error": next(r["error"] for r in trio.values() if "error" in r)}
-            )
+        failed = [r.error for r in trio.values() if r.error is not None]
+        if failed:
+            per_q.append({"id": picked[i].id, "error": failed[0]})
             continue
         per_q.append(
             {
@@ -83,13 +84,15 @@ def audio_probe(
             }
         )
     changed = any(q.get("changed_with_silence") or q.get("changed_with_other_audio") for q in per_q)
-    status = "ok" if changed else ("error" if all("error" in q for q in per_q) else "unchanged")
+    status: Literal["ok", "unchanged", "error"] = (
+        "ok" if changed else ("error" if all("error" in q for q in per_q) else "unchanged")
+    )
     return {"status": status, "task": task.task, "questions": per_q}
 
 
 def _mcq_metrics(recs: list[ScoredRecord], task: TaskConfig, context: ScoringContext) -> dict:
-    base = [r for r in recs if r["rotation"] == 0]
-    ok = [r for r in base if r["method"] != "error"]
+    base = [r for r in recs if r.rotation == 0]
+    ok = [r for r in base if r.method != "error"]
     scored = metrics.Scored(recs, ok, context)
     res = {
         "n": len(ok),
@@ -98,9 +101,11 @@ def _mcq_metrics(recs: list[ScoredRecord], task: TaskConfig, context: ScoringCon
     }
     methods: dict[str, int] = {}
     for r in ok:
-        methods[r["method"]] = methods.get(r["method"], 0) + 1
+        method = str(r.method)
+        methods[method] = methods.get(method, 0) + 1
     res["parse_methods"] = dict(sorted(methods.items()))
-    res["breakdowns"] = {k: metrics.breakdown(ok, k) for k in task.breakdowns}
+    rows = as_rows(ok)
+    res["breakdowns"] = {k: metrics.breakdown(rows, k) for k in task.breakdowns}
     fam = scored.family
     if fam:
         res["by_family_shape"] = {
@@ -135,7 +140,7 @@ def limit_samples(samples: list, limit: int) -> list:
 def _text_metrics(
     recs: list[ScoredRecord], task: TaskConfig, context: ScoringContext
 ) -> tuple[dict, list[ScoredRecord]]:
-    ok = [r for r in recs if "error" not in r]
+    ok = [r for r in recs if not r.failed]
     res: dict = {
         "n": len(ok),
         "n_errors": len(recs) - len(ok),
@@ -146,10 +151,10 @@ def _text_metrics(
     return res, recs
 
 
-def _text_breakdown(recs, key):
+def _text_breakdown(recs: list[ScoredRecord], key: str) -> dict:
     groups: dict[str, list[float]] = {}
     for r in recs:
-        groups.setdefault(str(r.get(key)), []).append(r["bertscore_f1"])
+        groups.setdefault(str(r.to_dict().get(key)), []).append(r.metrics["bertscore_f1"])
     return {k: {"bertscore": sum(v) / len(v), "n": len(v)} for k, v in sorted(groups.items())}
 
 
@@ -170,7 +175,7 @@ def evaluate(
     judge=None,
     batch: tuple[int, bool] | None = None,
     robustness: dict | None = None,
-) -> dict:
+) -> Evaluation:
     """Run `tasks` x conditions on `adapter` over `data` as `config` says -> the evaluation's
     results, scored samples, errors, audio probe, fingerprints and timing.
 
@@ -216,7 +221,7 @@ def evaluate(
     )
     all_units: list[Unit] = []
     per_task: dict[str, list[Unit]] = {}
-    counts: dict[str, dict] = {}
+    counts: dict[str, TaskCounts] = {}
     for t in tasks:
         samples = data.samples(t.dataset_config, t.split)
         rows = len(samples)
@@ -264,27 +269,27 @@ def evaluate(
     log.info(
         "inference done in %.1f s: %d model calls, %d from the cache", t_run, state.calls, state.cache_hits
     )
-    results: dict[str, dict] = {}
+    results: TaskResults = {}
     samples_out: dict[str, list[ScoredRecord]] = {}
-    errors: list[dict] = []
+    errors: list[SampleError] = []
     for t in tasks:
         results[t.task] = {}
         samples_out[t.task] = []
         for c in conds:
             recs = [score_unit(u, outputs[u.key], llm_judge) for u in per_task[t.task] if u.condition == c]
             for r in recs:
-                if r.get("error") is not None:
+                if r.error is not None:
                     errors.append(
                         {
                             "task": t.task,
                             "condition": c.name,
-                            "id": r["id"],
-                            "rotation": r["rotation"],
-                            "error": r["error"],
+                            "id": r.id,
+                            "rotation": r.rotation,
+                            "error": r.error,
                         }
                     )
             if config.predict_only:
-                n_err = sum(r.get("error") is not None for r in recs)
+                n_err = sum(r.failed for r in recs)
                 results[t.task][c.name] = {"n": len(recs) - n_err, "n_errors": n_err, "predict_only": True}
             elif t.output_type == "multiple_choice":
                 results[t.task][c.name] = _mcq_metrics(recs, t, context)

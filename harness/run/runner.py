@@ -11,7 +11,6 @@ processes and gathered before scoring, so results do not depend on the process c
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -22,8 +21,8 @@ import numpy as np
 from casu_dataset.core.errors import CasuError
 from casu_dataset.core.llm.cache import ResponseCache
 from casu_dataset.core.redact import redact_known
-from casu_dataset.dataset.reader import Row
-from harness.run.batches import next_batch, requests_for
+from casu_dataset.formats.reader import Row
+from harness.run.batches import ModelOutput, Unit, next_batch, requests_for
 from harness.run.concurrent import process_concurrently
 from harness.run.conditions import FULL, Condition
 from harness.run.data import CasuData
@@ -33,22 +32,6 @@ from harness.task.config import TaskConfig
 from harness.task.lmeval_yaml import LmEvalYamlError
 from harness.task.prompts import item, rotations, row_doc, task_prompt
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
-
-
-@dataclass
-class Unit:
-    task: TaskConfig
-    sample: Row
-    condition: Condition
-    rotation: int
-    mode: str  # "generate" or "loglikelihood"
-    prompt: str
-    options: list[str]
-    answer: str
-    key: str = ""
-    system: str | None = None  # --system_instruction: the request's system turn
-    reference: str | None = None  # an lm-eval-style text task's doc_to_target (None: the row's)
-    audio_override: object = None  # the audio probe: "silence", or another Row whose audio is played
 
 
 @dataclass
@@ -167,7 +150,9 @@ def _prepare_audio(u: Unit, data: CasuData, adapter: Adapter, state: RunState) -
     return x
 
 
-def _one_by_one(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[dict]:
+def _one_by_one(
+    adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState
+) -> list[ModelOutput]:
     """Each request alone, so one bad sample cannot sink its batch: a request that fails is a
     failed sample; an AdapterError (the model cannot run at all) stops the run."""
     results = []
@@ -177,16 +162,16 @@ def _one_by_one(adapter: Adapter, units: list[Unit], reqs: list[Request], state:
         except AdapterError:
             raise
         except Exception as err:  # noqa: BLE001 - recorded as a failed sample
-            results.append({"error": f"{type(err).__name__}: {err}"})
+            results.append(ModelOutput.failed(err))
     return results
 
 
-def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[dict]:
+def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState) -> list[ModelOutput]:
     state.call_started()
     try:
         if units[0].mode == "loglikelihood":
             scores = _outputs(adapter, "loglikelihood", adapter.loglikelihood(reqs), units)
-            return [{"scores": _scores(adapter, s, u)} for s, u in zip(scores, units)]
+            return [ModelOutput(scores=_scores(adapter, s, u)) for s, u in zip(scores, units)]
         texts = _outputs(adapter, "generate", adapter.generate(reqs, settings_for(units[0].task)), units)
         for t, u in zip(texts, units):
             if not isinstance(t, str):
@@ -195,7 +180,7 @@ def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunSt
                     "it must return one str per request"
                 )
         # A server that echoes the key puts it in its answer: masked before the samples and the cache.
-        return [{"response": redact_known(t)} for t in texts]
+        return [ModelOutput(response=redact_known(t)) for t in texts]
     finally:
         state.call_ended()
 
@@ -298,11 +283,11 @@ class RunFailures:
     def __init__(self):
         self.done = self.failed = 0
 
-    def add(self, results: list[dict], adapter: Adapter) -> None:
+    def add(self, results: list[ModelOutput], adapter: Adapter) -> None:
         self.done += len(results)
-        self.failed += sum("error" in r for r in results)
+        self.failed += sum(r.error is not None for r in results)
         if self.done >= FAILURE_MIN_REQUESTS and self.failed > FAILURE_RATE_LIMIT * self.done:
-            last = next((r["error"] for r in reversed(results) if "error" in r), "")
+            last = next((r.error for r in reversed(results) if r.error is not None), "")
             raise AdapterError(
                 f"--model {adapter.name}: {self.failed} of {self.done} requests failed "
                 f"(over {FAILURE_RATE_LIMIT:.0%}), so the run stops; the answers received are "
@@ -356,14 +341,15 @@ def process(
     state: RunState,
     progress: bool = True,
     shrink_on_oom: bool = False,
-) -> dict[str, dict]:
-    """key -> {"response"|"scores"} or {"error"}; cached outputs are reused, new ones cached at once."""
-    out: dict[str, dict] = {}
+) -> dict[str, ModelOutput]:
+    """key -> the model's output; cached outputs are reused, new ones cached at once."""
+    out: dict[str, ModelOutput] = {}
     todo = []
     for u in units:
-        hit = cache.get(u.key) if cache is not None else None
-        if hit is not None:
-            out[u.key] = json.loads(hit)
+        hit = ModelOutput.from_json(h) if cache is not None and (h := cache.get(u.key)) is not None else None
+        # an entry that is no reply of the unit's mode (not one this harness wrote) is asked again
+        if hit is not None and hit.answers(u.mode):
+            out[u.key] = hit
             state.cache_hits += 1
         else:
             todo.append(u)
@@ -415,8 +401,8 @@ def process(
                 results = _one_by_one(adapter, ok_units, reqs, state)
             for u, res in zip(ok_units, results):
                 out[u.key] = res
-                if cache is not None and "error" not in res:
-                    cache.put(u.key, json.dumps(res))
+                if cache is not None and res.error is None:
+                    cache.put(u.key, res.to_json())
             failures.add(results, adapter)
         bar.update(len(batch))
         i += len(batch)
@@ -433,7 +419,7 @@ def _free_cuda() -> None:
         pass
 
 
-def score_unit(u: Unit, res: dict, judge=None) -> ScoredRecord:
+def score_unit(u: Unit, res: ModelOutput, judge=None) -> ScoredRecord:
     """The model's output for one unit, scored: parsed and checked against the key, or kept with
     its reference for the description metrics."""
     s = u.sample
@@ -466,24 +452,23 @@ def score_unit(u: Unit, res: dict, judge=None) -> ScoredRecord:
     ):
         # the choices are not the row's options (e.g. mmlu's letters): the row's column, as stored,
         # for lm-eval's `doc` (output/lmeval.py)
-        rec["doc_options"] = list(s.options or [])
-    if "error" in res:
-        rec.error, rec.correct, rec.parsed, rec.method = res["error"], False, None, "error"
+        rec.metrics["doc_options"] = list(s.options or [])
+    if res.error is not None:
+        rec.error, rec.correct, rec.parsed, rec.method = res.error, False, None, "error"
         return rec
-    response = res.get("response")
+    response = res.response
     if isinstance(response, str) and u.task.generation.until:  # lm-eval's `until`: cut at the first stop
         for stop in u.task.generation.until:
             response = response.split(stop, 1)[0]
     if mcq:
         if u.mode == "loglikelihood":
-            sc = res["scores"]
+            sc = res.scores
             best = [i for i, v in enumerate(sc) if v == max(sc)] if sc and np.all(np.isfinite(sc)) else []
             letter = LETTERS[best[0]] if len(best) == 1 else None  # a tie is not broken at random
             rec.scores, rec.parsed, rec.method = sc, letter, "loglikelihood" if letter else "unparsed"
         else:
-            text = res["response"] if response is None else response
-            p = parse_choice(text, u.options, judge=judge, question=s.question)
-            rec.response, rec.parsed, rec.method = text, p.letter, p.method
+            p = parse_choice(response, u.options, judge=judge, question=s.question)
+            rec.response, rec.parsed, rec.method = response, p.letter, p.method
         rec.correct = rec.parsed == u.answer
     else:
         rec.response = response
@@ -512,7 +497,7 @@ def run_units(
     state: RunState,
     progress=True,
     shrink_on_oom: bool = False,
-) -> dict[str, dict]:
+) -> dict[str, ModelOutput]:
     dist = distributed_state()
     if dist is None:
         return process(units, adapter, data, cache, batch_size, state, progress, shrink_on_oom)
@@ -529,7 +514,7 @@ def run_units(
             progress and dist.is_main_process,
             shrink_on_oom,
         )
-    merged: dict[str, dict] = {}
+    merged: dict[str, ModelOutput] = {}
     for k, v in gather_object([(k, v) for k, v in part.items()]):
         merged[k] = v
     return merged

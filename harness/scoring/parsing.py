@@ -64,7 +64,9 @@ def parse_option_text(text: str, options: list[str]) -> str | None:
     return LETTERS[hits[0]] if len(hits) == 1 else None
 
 
-def parse_choice(text: str, options: list[str], judge=None, question: str = "") -> Parsed:
+def parse_choice(text: str | None, options: list[str], judge=None, question: str = "") -> Parsed:
+    """The option a reply chose: a letter, else an option's text, else the judge's reading; no
+    reply (None) or a blank one is unparsed."""
     k = len(options)
     if not text or not text.strip():
         return Parsed(None, "unparsed")

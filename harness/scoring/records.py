@@ -1,9 +1,9 @@
 """One scored request: the record scoring hands to the metrics and to every writer (CASU's sample
 log, lm-eval's sample lines, the results document, the Hub).
 
-A typed dataclass that also reads as the mapping it is written as (`rec["correct"]`,
-`"error" in rec`, `dict(rec, ...)`), so writers and metrics share one shape. Which keys a record
-has follows from what happened to the request, as in the written sample logs:
+A plain dataclass: scoring sets its fields, the metrics add their per-sample values to `metrics`,
+and `to_dict()` is the line written to casu_samples_<task>_<date>.jsonl (the form every writer and
+the lm-eval view read). Which keys that line has follows from what happened to the request:
 - every record: the question's identity and prompt (`id` ... `answer`), `system` when a system
   turn was given, the contrast-family columns when the question belongs to a family;
 - a failed request: `error`, `correct` (False), `parsed` (None), `method` ("error");
@@ -15,8 +15,8 @@ has follows from what happened to the request, as in the written sample logs:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 BASE = (
@@ -57,8 +57,8 @@ def _layout(shape: tuple) -> tuple[tuple[str, ...], frozenset[str]]:
     return tuple(keys), frozenset(keys)
 
 
-@dataclass(eq=False)
-class ScoredRecord(MutableMapping):
+@dataclass
+class ScoredRecord:
     id: str
     task: str
     condition: str
@@ -88,11 +88,18 @@ class ScoredRecord(MutableMapping):
     parsed: str | None = None  # the letter the parser read (None: unparsed)
     method: str | None = None  # how it was read: a parser stage, "loglikelihood", "unparsed", "error"
     correct: bool | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # per-sample metric values, as added
+    # per-sample metric values the metrics add (bertscore_f1, event_match, ...), written after the fields
+    metrics: dict[str, Any] = field(default_factory=dict)
 
-    def _fields(self) -> frozenset[str]:
-        """The record's own keys (its fields that are written), for its shape."""
-        return _layout(self._shape())[1]
+    @property
+    def failed(self) -> bool:
+        """The request failed (no answer to score)."""
+        return self.error is not None
+
+    @property
+    def right(self) -> bool:
+        """Answered right; a failed request counts as wrong."""
+        return self.method != "error" and bool(self.correct)
 
     def _shape(self) -> tuple:
         return (
@@ -103,7 +110,8 @@ class ScoredRecord(MutableMapping):
             self.mode,
         )
 
-    def _keys(self) -> list[str]:
+    def written_keys(self) -> list[str]:
+        """The written line's keys, in order: the fields of this record's shape, then its metrics."""
         keys = _layout(self._shape())[0]
         return [*keys, *(k for k in self.metrics if k not in keys)]
 
@@ -113,39 +121,31 @@ class ScoredRecord(MutableMapping):
         out.update((k, v) for k, v in self.metrics.items() if k not in out)
         return out
 
-    def __getitem__(self, key: str) -> Any:
-        if key in self.metrics:
-            return self.metrics[key]
-        if key in self._fields():
-            return getattr(self, key)
-        raise KeyError(key)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        # scoring fills its own fields; anything else is a per-sample metric value
-        if key in self._fields() and key not in self.metrics:
-            setattr(self, key, value)
-        else:
-            self.metrics[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        if key not in self.metrics:
-            raise KeyError(f"{key}: a scored record's own fields stay")
-        del self.metrics[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (ScoredRecord, dict)):
-            return self.to_dict() == (other.to_dict() if isinstance(other, ScoredRecord) else other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as a dict
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ScoredRecord:
+        """A record from a written line (or a peer's per-sample item, which has only some of the
+        fields: the others take empty values). Keys that are not fields go to `metrics`."""
+        own = {k: row[k] for k in FIELDS if k in row}
+        for k, empty in _EMPTY.items():
+            own.setdefault(k, empty() if callable(empty) else empty)
+        own.setdefault("multiple_choice", "reference" not in row)
+        return cls(**own, metrics={k: v for k, v in row.items() if k not in FIELDS})
 
 
-def as_dict(rec: Mapping) -> dict[str, Any]:
-    """A record as a plain dict in its written order (one pass for a ScoredRecord)."""
-    return rec.to_dict() if isinstance(rec, ScoredRecord) else dict(rec)
+def as_rows(records: Sequence[ScoredRecord]) -> list[dict[str, Any]]:
+    """Records as the lines written for them (ScoredRecord.to_dict), for the writers and the
+    metrics that read written lines."""
+    return [r.to_dict() for r in records]
+
+
+# Written fields (multiple_choice and metrics are not written as such).
+FIELDS = frozenset(f.name for f in fields(ScoredRecord)) - {"metrics"}
+# The empty value of each field that has no default, for a row that lacks it (ScoredRecord.from_row).
+_EMPTY: dict[str, Any] = {
+    **{k: "" for k in ("id", "task", "condition", "scene_id", "place", "speech_type", "minimal_pair_id")},
+    **{k: "" for k in ("question", "prompt", "answer")},
+    "mode": "generate",
+    "rotation": 0,
+    "layers": list,
+    "options": list,
+}

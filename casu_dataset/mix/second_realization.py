@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from casu_dataset.contract import derive_rng
 from casu_dataset.core.errors import CasuError
 from casu_dataset.core.loudness import peak_abs
+from casu_dataset.core.rng import derive_rng
 from casu_dataset.mix.mixer import (
     Clip,
     MixResult,

@@ -33,9 +33,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
+from casu_dataset.agents.families import SYSTEM, Brief, brief_dict, pmap, write_family
 from casu_dataset.agents.structured import StructuredOutputError, ask_json
 from casu_dataset.contract import DATASET_LETTERS as LETTERS
-from casu_dataset.families.agents import SYSTEM, Brief, brief_dict, pmap, write_family
 from casu_dataset.families.audit import family_items, view_breaks
 from casu_dataset.families.compile import (
     FamilyError,

@@ -173,7 +173,7 @@ class Table:
     def require(self, columns: list[str], why: str) -> None:
         """That the table has these columns, of the types a reader reads ("which `why`" names the
         reader in the message); a stem column must be audio."""
-        from casu_dataset.dataset.table_schema import AUDIO, column_problems, kind_of
+        from casu_dataset.formats.table_schema import AUDIO, column_problems, kind_of
 
         where = f"{self.source}: config {self.config!r} split {self.split!r}"
         missing = [c for c in columns if c not in self.arrow.column_names]
@@ -194,7 +194,7 @@ class Table:
         import pyarrow.compute as pc
 
         from casu_dataset.contract import AnnotationError, SceneAnnotation
-        from casu_dataset.dataset.table_schema import id_problems
+        from casu_dataset.formats.table_schema import id_problems
 
         where = f"{self.source}: config {self.config!r}"
         ids = self.column("scene_id")
@@ -225,7 +225,7 @@ class Table:
         """Every row, checked: ids and scene ids non-empty and unique ids, audio bytes present, and
         in a multiple-choice config a question, non-empty options and one of their letters as the
         answer. Raises LoadError naming the row."""
-        from casu_dataset.dataset.table_schema import id_problems
+        from casu_dataset.formats.table_schema import id_problems
 
         where = f"{self.source}: config {self.config!r}"
         bad = id_problems([{"id": v} for v in self.column("id")])
@@ -371,7 +371,7 @@ class BuiltDataset:
         (no stray or missing file, every size as written; with `full`, every sha256). None
         without a record. Each file read later is checked against it by its sha256."""
         if not self._verified:
-            from casu_dataset.dataset.build_manifest import MixedFolderError, verify
+            from casu_dataset.formats.build_manifest import MixedFolderError, verify
 
             try:
                 self._record = verify(self._folder(), full=self._full)
@@ -437,7 +437,7 @@ class BuiltDataset:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from casu_dataset.dataset.table_schema import column_problems, schema_difference
+        from casu_dataset.formats.table_schema import column_problems, schema_difference
 
         root = self._folder()
         files = self.files(config, split)
@@ -474,7 +474,7 @@ class BuiltDataset:
         return Table(self.source, config, split, arrow, h.hexdigest() if columns is None else None)
 
     def _check_file(self, record: dict | None, rel: str, sha: str) -> None:
-        from casu_dataset.dataset.build_manifest import MixedFolderError, check_file
+        from casu_dataset.formats.build_manifest import MixedFolderError, check_file
 
         try:
             check_file(self._folder(), record, rel, sha)
@@ -495,7 +495,7 @@ class BuiltDataset:
         arrow = ds.data.table  # the stored columns as they are: audio stays {bytes, path}
         if columns is not None:
             arrow = arrow.select([c for c in columns if c in arrow.column_names])
-        from casu_dataset.dataset.table_schema import column_problems
+        from casu_dataset.formats.table_schema import column_problems
 
         bad = column_problems(arrow.schema, _required(config))
         if bad:

@@ -1,6 +1,7 @@
 """A copy of lm-evaluation-harness's own output schema (lm_eval/result_schema.py, lm-eval 0.4.13,
-MIT license, EleutherAI), used by tests/test_lmeval_compat.py to check that CASU's `results_<date>.json`
-and `samples_<task>_<date>.jsonl` are what lm-eval writes. lm-eval is not a dependency.
+MIT license, EleutherAI): the type of lm-eval's `results_<date>.json` and `samples_<task>_<date>.jsonl`
+as CASU writes them (harness/output/lmeval.py builds them; tests/test_lmeval_compat.py validates
+real files against it). lm-eval is not a dependency.
 
 Three documented relaxations, all to what lm-eval itself writes (its schema is stricter than its
 output): a metric's `_stderr` may be the string "N/A" (lm_eval/evaluator_utils.py writes it when no
@@ -115,7 +116,7 @@ EvalResults = TypedDict(
 )
 
 
-class _TaskMetrics(TypedDict, extra_items=int | float | bool | tuple | Literal["N/A"]):  # relaxed: "N/A"
+class _TaskMetrics(TypedDict, extra_items=int | float | bool | tuple | Literal["N/A"]):  # type: ignore[call-arg]  # PEP 728; relaxed: "N/A"
     """Per-task metric dict passed through evaluation and display.
 
     Fixed keys are ``name``, ``alias`` and ``sample_len``.  The remaining keys are
@@ -168,7 +169,7 @@ class _EvalConfig(TypedDict, total=False):
     fewshot_seed: int
 
 
-class SampleResult(TypedDict, extra_items=float):
+class SampleResult(TypedDict, extra_items=float):  # type: ignore[call-arg]  # PEP 728
     """Per-document result written to ``samples_*.jsonl`` when ``log_samples=True``.
 
     There is one entry per filter (e.g. ``"none"``, ``"strict-match"``).

@@ -7,10 +7,10 @@ import threading
 import time
 from collections import Counter
 
+from casu_dataset.agents.families import bank_types, make_briefs, prompt_kind
+from casu_dataset.agents.panel import Panel, generate_families, write_outputs
 from casu_dataset.contract import mcq_tasks
 from casu_dataset.core import cache_layout
-from casu_dataset.families.agents import bank_types, make_briefs, prompt_kind
-from casu_dataset.families.panel import Panel, generate_families, write_outputs
 
 
 class KindCounter:

@@ -5,7 +5,7 @@ as one string becomes seven "options" built from its characters, an integer `ans
 reads as "", a null `audio` fails deep inside with "'NoneType' object is not subscriptable".
 So every config a task reads is checked here first: each known column has its type, every
 file of a config has the same schema, ids are non-null and unique, and a config has rows.
-The functions return problems as text; `casu_dataset.dataset.reader` raises them as LoadError."""
+The functions return problems as text; `casu_dataset.formats.reader` raises them as LoadError."""
 
 from __future__ import annotations
 

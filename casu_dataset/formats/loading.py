@@ -4,7 +4,7 @@
     item = casu_dataset.load("./casu_mini", "contextual_reasoning")[0]
     item.waveform, item.sample_rate, item.question, item.options, item.key
 
-The rows come from `casu_dataset.dataset.reader` (a local folder read from its parquet files with
+The rows come from `casu_dataset.formats.reader` (a local folder read from its parquet files with
 pyarrow, a Hub id through `datasets.load_dataset`, audio left as bytes). Audio is decoded with
 soundfile (casu_dataset.core.audio_io) when `waveform` is read, never with torchcodec.
 """
@@ -24,7 +24,7 @@ from casu_dataset.contract import (
     tasks,
 )
 from casu_dataset.core.audio_io import SAMPLE_RATE
-from casu_dataset.dataset.reader import (
+from casu_dataset.formats.reader import (
     ALL_CONFIG,
     BuiltDataset,
     ConfigNotFound,

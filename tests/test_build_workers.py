@@ -1,0 +1,75 @@
+"""What build workers load and what the driver plans for them: the driver's retrieval plan picks
+the same clips (and scores) as each scene retrieving on its own, and a locked build on a pool of
+workers with a warm speech cache loads no model anywhere in the workers, with the same bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from conftest import fixture_builder
+
+from casu_dataset.dataset.build import build_dataset
+from casu_dataset.dataset.config import BuildConfig
+from casu_dataset.dataset.executor import build_units
+from casu_dataset.dataset.retrieval_plan import PlannedRetrieve, follow_plan, plan_retrieval
+from casu_dataset.families.compile import compile_families
+from casu_dataset.formats.lock import lock_path, read_lock
+
+FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
+
+
+def _bytes(folder: Path) -> dict:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def _record(found: dict) -> list:
+    return [(m.clip.id, m.score, m.desc_sim, m.kw_sim) for m in [found["background"], *found["events"]]]
+
+
+def test_the_driver_plan_picks_what_each_scene_retrieves_on_its_own(session_cache):
+    units = list(build_units(compile_families(FIXTURE)).values())
+    own = fixture_builder(session_cache)  # one query at a time, as a worker without a plan would
+    planned = fixture_builder(session_cache)
+    plans = plan_retrieval(units, planned, seed=3)
+    assert plans is not None and [len(p) for p in plans] == [len(u) for u in units]
+    worker = fixture_builder(session_cache)
+    for unit, plan in zip(units, plans):
+        follow_plan(worker, plan)
+        key = unit[0].rng_key
+        for scene in unit:
+            expected = _record(own.retrieve(scene.script, 3, key))
+            assert _record(plan[(scene.script.id, 3, key)]) == expected
+            assert _record(worker.retrieve(scene.script, 3, key)) == expected
+    assert isinstance(worker.__dict__["retrieve"], PlannedRetrieve)
+    # The worker never encoded a query: its encoder's model was never loaded.
+    assert "model" not in worker.retriever.embedder.__dict__
+
+
+def test_a_locked_build_on_workers_loads_no_model(session_cache, tmp_path):
+    lib = tmp_path / "two_families.yaml"
+    shutil.copy(FIXTURE, lib)
+
+    def build(out, cache, **kw):
+        config = BuildConfig(
+            out=out, scenarios=lib, cache=cache, progress=False, name="lock fixture", max_skips=None, **kw
+        )
+        lock = None if kw.get("lock") == "relock" else read_lock(lock_path(lib))
+        spec = {"cache": str(session_cache), "check_speech": False}
+        if lock is not None:
+            spec["lock"] = str(lock.path)
+        return build_dataset(
+            config, compile_families(lib), fixture_builder(session_cache, lock), builder_spec=spec
+        )
+
+    ref = build(tmp_path / "ref", tmp_path / "c0", lock="relock")  # writes the lock (warms the speech)
+    assert ref.lock["mode"] == "written"
+    one = build(tmp_path / "one", tmp_path / "c1")
+    pool = build(tmp_path / "pool", tmp_path / "c2", num_proc=2)
+    assert one.lock["mode"] == pool.lock["mode"] == "followed"
+    assert pool.built == one.built and len(pool.built) == 8
+    assert _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
+    models = pool.workers["worker_models"]
+    assert models and all(m == [] for m in models.values()), models
