@@ -12,6 +12,7 @@ import yaml
 from casu_dataset.core.errors import CasuError
 
 SUFFIXES = (".yaml", ".yml")
+LIBRARY_FILE_LIMIT = 256 << 20  # a family/scenario file; shipped ones are ~100 KB
 
 
 class DuplicateKeyError(CasuError, yaml.constructor.ConstructorError):
@@ -101,5 +102,20 @@ def safe_load(text: str, name: str | Path | None = None, max_nodes: int | None =
 
 
 def yaml_files(folder: Path) -> list[Path]:
-    """The YAML files of a folder (`.yaml` and `.yml`), sorted by name."""
-    return sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix in SUFFIXES)
+    """The YAML files of a folder (`.yaml` and `.yml`), sorted by name. An entry with a YAML name
+    that is not a regular file (a FIFO would block the read; a dangling link or a loop cannot be
+    read) is named, not skipped: leaving it out would build a smaller library without a word."""
+    from casu_dataset.core.paths import input_path
+
+    found = sorted(p for p in Path(folder).iterdir() if p.suffix in SUFFIXES)
+    for p in found:
+        input_path(p, str(p), "file")
+    return found
+
+
+def read_library_file(path: Path) -> str:
+    """A library file's text, read with the input-path checks (a FIFO or device is named, never
+    waited on); a generated library may be large, so no size cap beyond LIBRARY_FILE_LIMIT."""
+    from casu_dataset.core.paths import read_text
+
+    return read_text(path, str(path), limit=LIBRARY_FILE_LIMIT)

@@ -44,6 +44,7 @@ from casu_dataset.contract import (
 )
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.parquet_files import PARQUET_OPTIONS, describe_read_error, open_parquet
 from casu_dataset.dataset.card import (
     DATASET_VERSION,
     DEFAULT_NAME,
@@ -251,9 +252,7 @@ def write_parquet(rows: list[dict], config: str, path: Path) -> None:
     # FLAC bytes do not compress further; snappy keeps the text columns small and the write
     # fast. pyarrow writes no timestamps, so the file is a pure function of the table.
     # Row groups of ROW_GROUP_SIZE rows: streaming and the Hub viewer read one group at a time.
-    pq.write_table(
-        table, str(path), compression="snappy", write_statistics=False, row_group_size=ROW_GROUP_SIZE
-    )
+    pq.write_table(table, str(path), row_group_size=ROW_GROUP_SIZE, **PARQUET_OPTIONS)
 
 
 def shard_of(scene_ids: list[str], num_shards: int, shard_index: int) -> list[str]:
@@ -642,7 +641,7 @@ class FolderWriter:
             # FLAC bytes do not compress further; snappy keeps the text columns small and the write
             # fast. pyarrow writes no timestamps, so the file is a pure function of its rows.
             self.open[config] = (
-                pq.ParquetWriter(str(part), table.schema, compression="snappy", write_statistics=False),
+                pq.ParquetWriter(str(part), table.schema, **PARQUET_OPTIONS),
                 0,
                 0,
             )
@@ -838,13 +837,10 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
 def _stream_rows(folder, files: list[Path]):
     """A shard folder's rows of one config, row group by row group; they must be in scene order
     (as build_dataset writes them) for the merge to equal a single build."""
-    import pyarrow.parquet as pq
-
     last = ""
     for f in files:
-        pf = pq.ParquetFile(str(f))
-        for i in range(pf.num_row_groups):
-            for r in pf.read_row_group(i, use_threads=False).to_pylist():
+        for rows in _row_groups(folder, f):
+            for r in rows:
                 if r["scene_id"] < last:
                     raise BuildError(
                         f"{folder}: {f.name}: rows are not in scene order ({r['scene_id']!r} after "
@@ -852,3 +848,15 @@ def _stream_rows(folder, files: list[Path]):
                     )
                 last = r["scene_id"]
                 yield r
+
+
+def _row_groups(folder, f: Path):
+    """A shard file's rows, one row group at a time; unreadable (or failing its page checksums),
+    it is a BuildError naming the shard folder and the file."""
+    try:
+        pf = open_parquet(f)
+        for i in range(pf.num_row_groups):
+            yield pf.read_row_group(i, use_threads=False).to_pylist()
+    except (OSError, ValueError) as err:  # pyarrow's read errors are OSError/ValueError subclasses
+        why = describe_read_error(err)
+        raise BuildError(f"{folder}: {f.name}: not a readable parquet file ({why})") from None

@@ -24,7 +24,7 @@ from casu_dataset.formats.reader import (
 DEFAULT_NAME = "CASU-mini"
 # The built dataset's version (card, build settings, validity report): raised with any change to
 # what a build writes; casu_dataset/scenarios/README.md ("Dataset versions") says what each changed.
-DATASET_VERSION = "3.2.0"
+DATASET_VERSION = "3.3.0"
 _HERE = Path(__file__).parent
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from casu_dataset.core.audio_io import array_sha256
 from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.parquet_files import describe_read_error, read_parquet
 
 LOCK_FORMAT = "casu-realization-lock"
 LOCK_VERSION = 1
@@ -288,7 +289,6 @@ def drift_summary(drifts: list[dict]) -> dict:
 def compare_folders(a: Path, b: Path) -> list[dict]:
     """Per scene and stem, how build `b` differs from reference build `a` (same library): equal, or
     the largest sample difference in dB re. full scale and the loudness difference."""
-    import pyarrow.parquet as pq
 
     from casu_dataset.core.audio_io import decode_bytes
     from casu_dataset.core.loudness import gated_lufs, kweight
@@ -300,11 +300,11 @@ def compare_folders(a: Path, b: Path) -> list[dict]:
         out = {}
         for f in sorted((Path(root) / "scenes").glob("*.parquet")):
             try:
-                rows = pq.read_table(
+                rows = read_parquet(
                     str(f), columns=["scene_id", *("audio" if k == "mixture" else k for k in STEMS)]
                 ).to_pylist()
             except (OSError, ValueError, KeyError) as err:  # pyarrow's errors are OSError/ValueError
-                raise LockError(f"{f}: not a readable scenes file ({err})") from None
+                raise LockError(f"{f}: not a readable scenes file ({describe_read_error(err)})") from None
             for r in rows:
                 out[r["scene_id"]] = {
                     k: (r["audio" if k == "mixture" else k] or {}).get("bytes") for k in STEMS

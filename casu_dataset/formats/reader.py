@@ -34,6 +34,7 @@ from casu_dataset.contract import FAMILY_FIELDS, LETTERS, SCENES_CONFIG, mcq_con
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.core.errors import LoadError
+from casu_dataset.core.parquet_files import describe_read_error, read_parquet
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a table is read
     import pyarrow as pa
@@ -453,12 +454,14 @@ class BuiltDataset:
                     h.update(json.dumps([rel, len(blob)]).encode())
                     h.update(sha.digest())
                     self._check_file(record, rel, sha.hexdigest())
-                    t = pq.read_table(pa.BufferReader(blob), use_threads=False)
+                    t = read_parquet(pa.BufferReader(blob), use_threads=False)
                 else:
                     have = pq.read_schema(f).names
-                    t = pq.read_table(str(f), columns=[c for c in columns if c in have], use_threads=False)
+                    t = read_parquet(str(f), columns=[c for c in columns if c in have], use_threads=False)
             except (pa.ArrowException, OSError) as err:
-                raise LoadError(f"{self.source}: {rel}: not a readable parquet file ({err})") from None
+                raise LoadError(
+                    f"{self.source}: {rel}: not a readable parquet file ({describe_read_error(err)})"
+                ) from None
             if tables:  # shards of one config must agree exactly: promoting would fill the gaps with nulls
                 diff = schema_difference(tables[0][1].schema, t.schema)
                 if diff:

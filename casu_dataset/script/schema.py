@@ -235,7 +235,7 @@ def load_script(path: str | Path) -> SceneScript:
     """Load one script from .json, .yaml or .yml."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = strict_yaml.read_library_file(path)  # a FIFO or device is named, never waited on
     except OSError as err:
         raise ScriptError(f"{path}: cannot read scene script: {err.strerror}") from None
     except UnicodeDecodeError as err:
