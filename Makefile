@@ -79,7 +79,7 @@ PEERS_DATASET ?= casu_mini
 # Then the peers' real Qwen2-Audio classes (lmms-eval `qwen2_audio`, lm-eval `hf-audiolm-qwen`) with a
 # tiny random-weight Qwen2-Audio on CPU (scripts/peers_real_models.py): each request's audio must reach
 # generate as the row's FLAC, each reply be scored by CASU's parser (neither class runs on a CPU as
-# shipped; the script names each workaround it applies, README "Run CASU from lmms-eval or lm-eval").
+# shipped; the script names each workaround it applies, docs/evaluation.md, "Run CASU from lmms-eval or lm-eval").
 
 peers: setup
 	@bash scripts/setup_peers.sh

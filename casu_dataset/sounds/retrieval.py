@@ -12,7 +12,7 @@ among the near-ties of the best score, so a large build does not reuse one clip 
 Default a = 0.6: on the shipped 160-query set for the embedded bank (130 direct, 30 indirect
 queries) it tied the best precision@1 (0.963) and had the best hit@5 (0.988) of the values tried
 on the 225-clip bank; on the 400-clip bank of CASU-mini 3.1 it keeps the best hit@5 (0.981) and is
-one query behind a = 0 at p@1 (0.938 vs 0.944; README). a = 1 (descriptions only) is worst on the
+one query behind a = 0 at p@1 (0.938 vs 0.944; docs/dataset.md). a = 1 (descriptions only) is worst on the
 indirect queries (p@1 0.667 vs 0.800). `python -m casu_dataset retrieval-eval` prints it.
 
 Determinism: a GEMM kernel's float32 result depends on the CPU's instruction set (AVX2,
