@@ -24,6 +24,7 @@ from pydantic import (
 
 from casu_dataset.core import strict_yaml
 from casu_dataset.core.errors import CasuError
+from casu_dataset.core.paths import PathProblem
 
 MAX_SCENE_SECONDS = 30.0
 # Rough speaking rate for the pre-synthesis fit check: 2.6 words/s is a brisk but natural
@@ -238,6 +239,8 @@ def load_script(path: str | Path) -> SceneScript:
         text = strict_yaml.read_library_file(path)  # a FIFO or device is named, never waited on
     except OSError as err:
         raise ScriptError(f"{path}: cannot read scene script: {err.strerror}") from None
+    except PathProblem as err:  # missing, a FIFO, a link loop: the same one line, as a script error
+        raise ScriptError(f"{path}: cannot read scene script: {str(err).removeprefix(f'{path}: ')}") from None
     except UnicodeDecodeError as err:
         raise ScriptError(
             f"{path}: scene script is not UTF-8 text (byte {err.start}: {err.reason})"

@@ -243,7 +243,7 @@ class ZonosEngine(Engine):
             from zonos.model import Zonos
         except ImportError as err:
             raise EngineError(
-                f"zonos: the zonos package is not installed (see docs/dataset.md, "GPU"): {err}"
+                f"zonos: the zonos package is not installed (see docs/dataset.md, section GPU): {err}"
             ) from None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
