@@ -47,9 +47,10 @@ def harness_run(ds, out, *argv, model="random", tasks="role_inference") -> tuple
 
 
 def cli_process(
-    module: str, *argv, env=None, cwd=ROOT, timeout=600, check=False
+    module: str, *argv, env=None, cwd=ROOT, timeout=600, check=False, preexec_fn=None
 ) -> subprocess.CompletedProcess:
     """`python -m MODULE ARGV` (harness or casu_dataset) as its own process, text output captured;
+    `preexec_fn` runs in the child before Python starts (e.g. a resource limit for it alone);
     `check`: an AssertionError with the exit status and the output's tail unless it exits 0."""
     p = subprocess.run(
         [sys.executable, "-m", module, *map(str, argv)],
@@ -58,6 +59,7 @@ def cli_process(
         env=env,
         cwd=cwd,
         timeout=timeout,
+        preexec_fn=preexec_fn,
     )
     if check and p.returncode != 0:
         cmd = " ".join(map(str, argv))

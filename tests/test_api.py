@@ -46,10 +46,7 @@ def test_simple_evaluate_returns_the_document_the_cli_writes(casu_small, tmp_pat
     assert 0 < m["n"] <= 4 and 0 <= m["accuracy"]["value"] <= 1  # --limit keeps whole families
     # lm-eval style: every task's full resolved config is recorded with the results
     cfg = res["config"]["task_configs"]["role_inference"]
-    assert (
-        cfg == load_tasks()["role_inference"].resolved()
-        and cfg["generation"]["max_new_tokens"] == 32
-    )
+    assert cfg == load_tasks()["role_inference"].resolved() and cfg["generation"]["max_new_tokens"] == 32
     # No output path: nothing written, the same numbers (the random model is seeded per request).
     again = simple_evaluate(
         model="random", tasks="role_inference", dataset=str(casu_small), limit=4, probe=False
@@ -84,9 +81,7 @@ def test_simple_evaluate_raises_named_errors_before_loading(casu_small, tmp_path
     # A masked condition reads the annotation through the contract's reader: a format it does not
     # know is a named error before any inference, not one recorded error per sample.
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # an adapter that hears the audio
-    with pytest.raises(
-        LoadError, match="config 'scenes': row 0 .*annotation: version 99 is not supported"
-    ):
+    with pytest.raises(LoadError, match="config 'scenes': row 0 .*annotation: version 99 is not supported"):
         simple_evaluate(
             model="plugin_adapters:AudioHashAdapter",
             tasks="role_inference",

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from bad_input_corpus import OK, SKIP, Ctx, E, Outcome, call, classify, duplicate_ids
+from helpers import harness_argv
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -35,19 +35,7 @@ def harness(*argv) -> Outcome:
 
 
 def run(c: Ctx, *argv, tasks="role_inference", model="random", out=None, ds=None) -> Outcome:
-    return harness(
-        "--model",
-        model,
-        "--tasks",
-        tasks,
-        "--dataset",
-        str(ds or c.ds),
-        "--output_path",
-        str(out or c.tmp / "res"),
-        "--quiet",
-        "--no_probe",
-        *argv,
-    )
+    return harness(*harness_argv(ds or c.ds, out or c.tmp / "res", *argv, model=model, tasks=tasks))
 
 
 # -- lm-eval-style task templates ----------------------------------------------------------------
@@ -514,23 +502,6 @@ def whisper_folder(c: Ctx) -> Outcome:
     return env_case({"CASU_WHISPER_MODEL": str(empty)}, "--cache", "off", model="cascade")(c)
 
 
-def subprocess_harness(c: Ctx, *argv, env=None, timeout=CASE_S) -> Outcome:
-    e = {**os.environ, **(env or {})}
-    e["PYTHONPATH"] = os.pathsep.join([p for p in (os.environ.get("PYTHONPATH"), str(FIXTURES)) if p])
-    try:
-        p = subprocess.run(
-            [sys.executable, "-m", "harness", *argv],
-            env=e,
-            cwd=c.tmp,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return Outcome(0, f"HANG: still running after {timeout} s")
-    return Outcome(p.returncode, p.stdout + p.stderr)
-
-
 def ascii_write_out(c: Ctx) -> Outcome:
     """--write_out with stdout and stderr in ASCII (PYTHONIOENCODING=ascii) and a question that is not."""
     import io
@@ -544,9 +515,7 @@ def ascii_write_out(c: Ctx) -> Outcome:
     try:
         from harness.cli.main import main
 
-        argv = ["--model", "random", "--tasks", "role_inference", "--dataset", str(ds)]
-        argv += ["--output_path", str(c.tmp / "res"), "--quiet", "--no_probe", "--write_out"]
-        code = main(argv)
+        code = main(harness_argv(ds, c.tmp / "res", "--write_out"))
         text = ""
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -689,8 +658,7 @@ def stopped(sig: int):
     def go(c: Ctx) -> Outcome:
         started = c.tmp / "started"
         out = c.tmp / "res"
-        argv = ["--model", "bad_adapters:Slow", "--model_args", "delay=0.3", "--tasks", "role_inference"]
-        argv += ["--dataset", str(c.ds), "--output_path", str(out), "--quiet", "--no_probe"]
+        argv = harness_argv(c.ds, out, "--model_args", "delay=0.3", model="bad_adapters:Slow")
         log = c.tmp / "log"
         pid = fork_main(argv, log, {"CASU_TEST_STARTED": str(started)})
         t0 = time.time()
@@ -731,17 +699,7 @@ def concurrent_runs(c: Ctx) -> Outcome:
     import json
 
     out = c.tmp / "res"
-    argv = [
-        "--model",
-        "random",
-        "--tasks",
-        "role_inference",
-        "--dataset",
-        str(c.ds),
-        "--output_path",
-        str(out),
-    ]
-    argv += ["--quiet", "--no_probe", "--log_samples"]
+    argv = harness_argv(c.ds, out, "--log_samples")
     pids = [fork_main([*argv, "--seed", str(i)], c.tmp / f"log{i}") for i in range(4)]
     codes = [wait_pid(pid, 60) for pid in pids]
     texts = [(c.tmp / f"log{i}").read_text() for i in range(4)]

@@ -511,9 +511,7 @@ def test_never_more_worker_processes_than_units_of_work(monkeypatch, tmp_path):
     from casu_dataset.dataset import executor
 
     started = []
-    monkeypatch.setattr(
-        executor, "PoolRun", lambda units, *a, **k: started.append((len(units), a[3]))
-    )
+    monkeypatch.setattr(executor, "PoolRun", lambda units, *a, **k: started.append((len(units), a[3])))
     spec = {"cache": str(tmp_path)}
     executor.prebuild([["family a"]], 0, tmp_path, num_proc=3, builder_spec=spec, progress=False)
     assert started == []  # one unit: built in this process, no pool of 3

@@ -11,8 +11,9 @@ import json
 import numpy as np
 import pytest
 import tiny_models as tiny
-from conftest import harness_cli as cli
 from conftest import tiny_dataset
+from helpers import harness_cli as cli
+from helpers import harness_run
 
 from model_adapters import GenerationSettings, Request, make_adapter
 from model_adapters.base import Adapter
@@ -278,40 +279,13 @@ def test_effective_chat_template_per_adapter():
     ],
 )
 def test_cli_refuses_bad_combinations(ds, tmp_path, argv, msg):
-    rc, _, err = cli(
-        "--model",
-        "random",
-        "--tasks",
-        "role_inference",
-        "--dataset",
-        str(ds),
-        "--output_path",
-        str(tmp_path / "r"),
-        "--quiet",
-        "--no_probe",
-        *argv,
-    )
+    rc, _, err = harness_run(ds, tmp_path / "r", *argv)
     assert rc == 2 and msg in err, err
     assert "Traceback" not in err and not list(tmp_path.glob("r/*/results_*.json"))
 
 
 def test_cli_accepts_zero_shot_and_records_it(ds, tmp_path):
-    rc, _, err = cli(
-        "--model",
-        "random",
-        "--tasks",
-        "role_inference",
-        "--dataset",
-        str(ds),
-        "--output_path",
-        str(tmp_path / "r"),
-        "--quiet",
-        "--no_probe",
-        "--num_fewshot",
-        "0",
-        "--system_instruction",
-        "Be brief.",
-    )
+    rc, _, err = harness_run(ds, tmp_path / "r", "--num_fewshot", "0", "--system_instruction", "Be brief.")
     assert rc == 0, err
     cfg = json.loads(next((tmp_path / "r").glob("*/casu_results_*.json")).read_text())["config"]
     assert cfg["num_fewshot"] == 0 and cfg["system_instruction"] == "Be brief."

@@ -2,9 +2,8 @@
 answers and the failed samples, (PARTIAL) under --limit, Table 2 whenever layer conditions ran,
 and one line when most answers could not be parsed (exit 0 as lm-eval, 7 with --strict)."""
 
-from conftest import call_main
+from helpers import harness_run
 
-from harness.cli import main
 from model_adapters.base import Adapter
 
 
@@ -20,9 +19,7 @@ class Mumble(Adapter):
 
 
 def _run(casu_small, tmp_path, model, *extra):
-    argv = ["--model", model, "--tasks", "role_inference", "--dataset", str(casu_small), "--limit", "8"]
-    argv += ["--output_path", str(tmp_path / "out"), "--quiet", "--no_probe", *extra]
-    return call_main(main, argv)
+    return harness_run(casu_small, tmp_path / "out", "--limit", "8", *extra, model=model)
 
 
 def test_unparsed_answers_are_said_in_one_line_and_fail_only_under_strict(casu_small, tmp_path):

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from bad_input_corpus import Ctx, E, Outcome, casu, check_case, duplicate_ids, harness
 from conftest import tiny_dataset
+from helpers import harness_argv
 
 # -- helpers: servers that refuse a key, a key in the environment -------------------------------
 
@@ -237,20 +238,8 @@ def test_the_harness_never_prints_an_echoed_key(echo_server, tmp_path, monkeypat
     monkeypatch.setenv("MY_SERVICE_KEY", key)
     ds = tiny_dataset(tmp_path / "ds", 2, "k")
     url = f"http://127.0.0.1:{echo_server.server_address[1]}/v1"
-    o = harness(
-        "--model",
-        "openai-audio",
-        "--model_args",
-        f"model=m,base_url={url},api_key_env=MY_SERVICE_KEY,max_retries=0",
-        "--tasks",
-        "role_inference",
-        "--dataset",
-        str(ds),
-        "--output_path",
-        str(tmp_path / "res"),
-        "--quiet",
-        "--no_probe",
-    )
+    model_args = f"model=m,base_url={url},api_key_env=MY_SERVICE_KEY,max_retries=0"
+    o = harness(*harness_argv(ds, tmp_path / "res", "--model_args", model_args, model="openai-audio"))
     assert o.code in (3, 4) and "HTTP 401" in o.text and "[REDACTED]" in o.text, o.text
     assert key not in o.text
     for f in (tmp_path / "res").rglob("*"):

@@ -6,16 +6,13 @@ import json
 import logging
 import shutil
 
-from conftest import call_main
+from helpers import harness_cli, harness_run
 
-from harness.cli import main
 from harness.config import AUTO_CPU_BATCH, resolve_batch_size
 
 
 def _run(casu_small, tmp_path, *extra, out="out"):
-    argv = ["--model", "random", "--tasks", "role_inference", "--dataset", str(casu_small), "--limit", "8"]
-    argv += ["--output_path", str(tmp_path / out), "--quiet", "--no_probe", *extra]
-    return call_main(main, argv)
+    return harness_run(casu_small, tmp_path / out, "--limit", "8", *extra)
 
 
 def _doc(tmp_path, out="out") -> dict:
@@ -96,14 +93,14 @@ def test_show_config_prints_every_tasks_yaml(casu_small, tmp_path):
 
 def test_a_failed_run_creates_no_output_folder(tmp_path):
     out = tmp_path / "new" / "results"
-    rc, _, err = call_main(
-        main, ["--model", "random", "--dataset", str(tmp_path / "missing"), "--output_path", str(out)]
+    rc, _, err = harness_cli(
+        "--model", "random", "--dataset", str(tmp_path / "missing"), "--output_path", str(out)
     )
     assert rc == 2 and "--dataset" in err
     assert not (tmp_path / "new").exists()
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    rc, _, err = call_main(main, ["--model", "random", "--output_path", str(blocker / "results")])
+    rc, _, err = harness_cli("--model", "random", "--output_path", str(blocker / "results"))
     assert rc == 2 and "--output_path" in err and "is a file" in err
 
 
@@ -122,11 +119,8 @@ def test_third_party_loggers_stay_at_warning_under_debug():
 
 
 def test_trust_remote_code_against_model_args_false_is_named(casu_small):
-    rc, _, err = call_main(
-        main,
-        ["--model", "qwen2-audio", "--model_args", "pretrained=/nowhere,trust_remote_code=false"]
-        + ["--trust_remote_code", "--dataset", str(casu_small)],
-    )
+    model = ["--model", "qwen2-audio", "--model_args", "pretrained=/nowhere,trust_remote_code=false"]
+    rc, _, err = harness_cli(*model, "--trust_remote_code", "--dataset", str(casu_small))
     assert rc == 2 and "give one of them" in err
 
 
@@ -137,10 +131,9 @@ def test_a_checkpoint_of_another_family_is_refused_before_its_weights(casu_small
 
     ckpt = tiny.build_qwen2_audio(tmp_path / "qwen2-audio")
     t0 = time.perf_counter()
-    rc, _, err = call_main(
-        main,
-        ["--model", "qwen2.5-omni", "--model_args", f"pretrained={ckpt}", "--dataset", str(casu_small)]
-        + ["--output_path", str(tmp_path / "out"), "--quiet"],
+    model = ["--model", "qwen2.5-omni", "--model_args", f"pretrained={ckpt}"]
+    rc, _, err = harness_cli(
+        *model, "--dataset", str(casu_small), "--output_path", str(tmp_path / "out"), "--quiet"
     )
     assert rc == 2, err
     assert "'qwen2_audio' checkpoint (Qwen2AudioForConditionalGeneration)" in err

@@ -49,7 +49,7 @@ def task_dir(tmp_path):
     d.mkdir()
     (d / "_base.yaml").write_text(BASE)
     (d / "roles_lm.yaml").write_text(
-        "include: _base.yaml\ntask: roles_lm\ngeneration_kwargs:\n  until: [\"\\n\"]\n  max_gen_toks: 8\n"
+        'include: _base.yaml\ntask: roles_lm\ngeneration_kwargs:\n  until: ["\\n"]\n  max_gen_toks: 8\n'
     )
     (d / "my_group.yaml").write_text("group: my_group\ntask:\n  - roles_lm\n")
     return d

@@ -96,9 +96,8 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     import json
 
     import yaml
-    from conftest import call_main
+    from helpers import harness_run
 
-    from harness.cli import main
     from harness.task.config import TaskConfigError, builtin_tasks_dir, load_task
 
     cfg = yaml.safe_load((builtin_tasks_dir() / "role_inference.yaml").read_text())
@@ -123,26 +122,8 @@ def test_a_metric_registered_once_is_validated_computed_and_reported(casu_small,
     request.addfinalizer(lambda: metrics.unregister_metric("picked_a"))
     assert load_task(yaml_path).metrics == ["accuracy", "picked_a"]
     out = tmp_path / "out"
-    rc, stdout, stderr = call_main(
-        main,
-        [
-            "--model",
-            "random",
-            "--tasks",
-            "role_inference_a",
-            "--include_path",
-            str(tasks),
-            "--dataset",
-            str(casu_small),
-            "--output_path",
-            str(out),
-            "--log_samples",
-            "--quiet",
-            "--no_probe",
-            "--cache",
-            "off",
-        ],
-    )
+    extra = ["--include_path", str(tasks), "--log_samples", "--cache", "off"]
+    rc, stdout, stderr = harness_run(casu_small, out, *extra, tasks="role_inference_a")
     assert rc == 0, stderr
     run = out / "random"
     doc = json.loads(next(run.glob("casu_results_*.json")).read_text())

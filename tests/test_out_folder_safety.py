@@ -4,12 +4,11 @@ left as it was; an empty folder or an earlier build is replaced; a symlinked `--
 its target, the link kept and nothing left beside either."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import build_small
+from helpers import cli_process
 
 from casu_dataset import BuildConfig, build
 from casu_dataset.core.errors import CasuError
@@ -35,12 +34,7 @@ def test_build_refuses_a_folder_of_the_users_files_from_api_and_cli(tmp_path):
         ConfigError, match=r"^out .*mine: holds files that are not a CASU build: figures, thesis.tex"
     ):
         build(BuildConfig(out=mine, check_speech=False))
-    run = subprocess.run(
-        [sys.executable, "-m", "casu_dataset", "build", "--out", str(mine), "--no-check-speech"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = cli_process("casu_dataset", "build", "--out", mine, "--no-check-speech", timeout=300)
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "--out" in lines[0] and "not a CASU build" in lines[0], run.stderr

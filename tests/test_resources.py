@@ -4,22 +4,22 @@ names the path and what ran out, exit code 6, and no half-written output."""
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, tiny_dataset
+from helpers import cli_process, harness_argv
 
 from casu_dataset.core.errors import EXIT_RESOURCE, resource_message
 
 FIXTURE = ROOT / "tests" / "fixtures" / "families" / "two_families.yaml"
 
 
-def _run(*argv, limit_kb: int | None = None) -> subprocess.CompletedProcess:
-    pre = f"ulimit -f {limit_kb}; " if limit_kb else ""
-    cmd = pre + " ".join(f"'{a}'" for a in [sys.executable, *argv])
-    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
+def _file_size_limit(kb: int):
+    """What `ulimit -f KB` does (soft and hard limit), for the child process alone."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (kb * 1024, kb * 1024))
 
 
 @pytest.fixture()
@@ -49,7 +49,7 @@ def _no_partial(folder: Path) -> list[str]:
 
 
 def test_a_build_onto_a_full_disk_is_one_line_and_leaves_nothing(full_disk):
-    p = _run("-m", "casu_dataset", "build", "--out", str(full_disk / "ds"), "--scenarios", str(FIXTURE))
+    p = cli_process("casu_dataset", "build", "--out", full_disk / "ds", "--scenarios", FIXTURE)
     assert p.returncode == EXIT_RESOURCE, p.stderr[-2000:]
     assert f"error: writing --out {full_disk / 'ds'}: no space left on the device (ENOSPC)" in p.stderr
     assert "Traceback" not in p.stderr and _no_partial(full_disk) == []
@@ -57,23 +57,12 @@ def test_a_build_onto_a_full_disk_is_one_line_and_leaves_nothing(full_disk):
 
 def test_an_evaluation_onto_a_full_disk_is_one_line(full_disk, tmp_path):
     d = tiny_dataset(tmp_path / "ds", 3, "full")
-    base = [
-        "-m",
-        "harness",
-        "--model",
-        "random",
-        "--tasks",
-        "role_inference",
-        "--dataset",
-        str(d),
-        "--no_probe",
-    ]
-    p = _run(*base, "--output_path", str(full_disk / "res"))
+    p = cli_process("harness", *harness_argv(d, full_disk / "res"))
     assert p.returncode == EXIT_RESOURCE and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert (
         f"--cache {full_disk / 'res' / 'cache.sqlite'}: the response cache could not be written" in p.stderr
     )
-    p = _run(*base, "--output_path", str(full_disk / "res2"), "--cache", "off")
+    p = cli_process("harness", *harness_argv(d, full_disk / "res2", "--cache", "off"))
     assert p.returncode == EXIT_RESOURCE and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"writing --output_path {full_disk / 'res2'}: no space left on the device" in p.stderr
     assert not [f for f in _no_partial(full_disk) if not f.startswith("cache.sqlite")]
@@ -81,7 +70,9 @@ def test_an_evaluation_onto_a_full_disk_is_one_line(full_disk, tmp_path):
 
 def test_a_file_size_limit_is_named(tmp_path):
     out = tmp_path / "ds"
-    p = _run("-m", "casu_dataset", "build", "--out", str(out), "--scenarios", str(FIXTURE), limit_kb=200)
+    p = cli_process(
+        "casu_dataset", "build", "--out", out, "--scenarios", FIXTURE, preexec_fn=_file_size_limit(200)
+    )
     assert p.returncode == EXIT_RESOURCE, p.stderr[-2000:]
     assert (
         f"writing --out {out}: the file grew past this process's file size limit (ulimit -f) (EFBIG)"
