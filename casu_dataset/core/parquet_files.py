@@ -10,6 +10,7 @@ pure function of its rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +42,17 @@ def describe_read_error(err: BaseException) -> str:
     if CRC_FAILED in text:
         return f"a data page does not match its checksum: the file changed after it was written ({text})"
     return text
+
+
+def row_groups(
+    path: Path, columns: list[str] | None, error: Callable[[str], Exception]
+) -> Iterator[list[dict]]:
+    """A file's rows, one row group at a time (stems are large: never the whole file), every page
+    checked against its CRC. A file pyarrow cannot read, or whose checksums fail, raises
+    `error(why)`; only reading is guarded, so an error in the caller's loop body passes as it is."""
+    try:
+        pf = open_parquet(path)
+        for g in range(pf.num_row_groups):
+            yield pf.read_row_group(g, columns=columns, use_threads=False).to_pylist()
+    except (OSError, ValueError) as err:  # pyarrow's read errors are OSError/ValueError subclasses
+        raise error(describe_read_error(err)) from None

@@ -44,7 +44,7 @@ from casu_dataset.contract import (
 )
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field, FieldError
-from casu_dataset.core.parquet_files import PARQUET_OPTIONS, describe_read_error, open_parquet
+from casu_dataset.core.parquet_files import PARQUET_OPTIONS, row_groups
 from casu_dataset.dataset.card import (
     DATASET_VERSION,
     DEFAULT_NAME,
@@ -839,7 +839,8 @@ def _stream_rows(folder, files: list[Path]):
     (as build_dataset writes them) for the merge to equal a single build."""
     last = ""
     for f in files:
-        for rows in _row_groups(folder, f):
+        bad = lambda why: BuildError(f"{folder}: {f.name}: not a readable parquet file ({why})")  # noqa: E731
+        for rows in row_groups(f, None, bad):
             for r in rows:
                 if r["scene_id"] < last:
                     raise BuildError(
@@ -848,15 +849,3 @@ def _stream_rows(folder, files: list[Path]):
                     )
                 last = r["scene_id"]
                 yield r
-
-
-def _row_groups(folder, f: Path):
-    """A shard file's rows, one row group at a time; unreadable (or failing its page checksums),
-    it is a BuildError naming the shard folder and the file."""
-    try:
-        pf = open_parquet(f)
-        for i in range(pf.num_row_groups):
-            yield pf.read_row_group(i, use_threads=False).to_pylist()
-    except (OSError, ValueError) as err:  # pyarrow's read errors are OSError/ValueError subclasses
-        why = describe_read_error(err)
-        raise BuildError(f"{folder}: {f.name}: not a readable parquet file ({why})") from None

@@ -193,30 +193,20 @@ class CueMeter:
 
 def check_folder(folder: str | Path, threads: int | None = None) -> dict:
     """Per-variant cue rows and per-family distinctness pairs of a built dataset, with counts."""
+    from casu_dataset.core.errors import LoadError
+    from casu_dataset.core.parquet_files import row_groups
+
     cols = ["scene_id", "family_id", "slot_kind", "fill", "background", "speech", "events", "annotation"]
     meter = CueMeter(threads)
     try:
         for f in sorted((Path(folder) / "scenes").glob("*.parquet")):
-            for rows in _row_groups(f, cols):
+            unreadable = lambda why: LoadError(f"{f}: not a readable scenes file ({why})")  # noqa: E731
+            for rows in row_groups(f, cols, unreadable):
                 for r in rows:
                     meter.add(r)
         return meter.result()
     finally:
         meter.close()
-
-
-def _row_groups(f: Path, cols: list[str]):
-    """A scenes file's rows, one row group at a time (the stems are large); a file pyarrow cannot
-    read, or whose page checksums fail, is a LoadError naming it."""
-    from casu_dataset.core.errors import LoadError
-    from casu_dataset.core.parquet_files import describe_read_error, open_parquet
-
-    try:
-        pf = open_parquet(f)
-        for g in range(pf.num_row_groups):
-            yield pf.read_row_group(g, columns=cols, use_threads=False).to_pylist()
-    except (OSError, ValueError) as err:  # pyarrow's read errors are OSError/ValueError subclasses
-        raise LoadError(f"{f}: not a readable scenes file ({describe_read_error(err)})") from None
 
 
 def summary(rows: list[dict], pairs: list[dict]) -> dict:
