@@ -4,10 +4,14 @@ process, the local spawn pool of 2, and Ray with 1 and 2 workers, plus Ray on a 
 on this machine (`ray.cluster_utils.Cluster`, one CPU a node) at the smallest N.
 
 Every row is a fresh Python process and starts from the same state: the same warm speech cache
-(one warm-up build of the largest N beforehand), an empty scene cache, no model loaded. A row's
-seconds are the whole process: imports, library, Ray's start, the model the driver loads to plan
-the retrieval, the workers' start, the scenes, the parquet files. `identical`: the output folder
-is byte-identical to the one-process row's at the same N.
+and the same warm query-embedding cache (both filled by one warm-up build of the largest N
+beforehand, as a user's second build finds them), an empty scene cache, no model loaded. With the
+query vectors on disk the driver plans the retrieval without loading sentence-transformers (or
+importing torch); `rows.*.driver_heavy_imports` shows what it did import. A row's seconds are the
+whole process: imports, library, Ray's start, the planning, the workers' start, the scenes, the
+parquet files. `identical`: the output folder is byte-identical to the one-process row's at the
+same N. `query_cache_cold` adds one measurement of the one-process and pool rows at N = 96 with
+the query cache empty (the driver loads the model and encodes every query), for comparison.
 
     python benchmarks/bench_ray_build.py [--quick]        # the curve
 """
@@ -28,7 +32,9 @@ SIZES = (24, 96, 384, 1160)  # 1160: every scene of the library
 QUICK_SIZES = (8,)
 ROWS = ("one_process", "local_pool_2", "ray_1", "ray_2")
 MULTINODE = "ray_2_nodes"
+COLD_N, COLD_ROWS = 96, ("one_process", "local_pool_2")  # measured once more with the query cache empty
 ROW_TIMEOUT_S = 3600
+HEAVY_MODULES = ("torch", "transformers", "sentence_transformers", "faster_whisper", "ctranslate2")
 
 
 def scenes_of(n: int) -> list:
@@ -40,8 +46,9 @@ def scenes_of(n: int) -> list:
     return [s for s in scenes if s.family_id in keep]
 
 
-def build_row(row: str, n: int, out: Path, cache: Path) -> dict:
-    """One row, in this (fresh) process: the build's stage seconds and the workers' models."""
+def build_row(row: str, n: int, out: Path, cache: Path, cold_queries: bool = False) -> dict:
+    """One row, in this (fresh) process: the build's stage seconds and the workers' models.
+    `cold_queries`: the query vectors go to an empty cache of the row's own (under `cache`)."""
     t0 = time.perf_counter()
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
@@ -74,7 +81,11 @@ def build_row(row: str, n: int, out: Path, cache: Path) -> dict:
     try:
         config = BuildConfig(out=out, cache=cache, progress=False, name="bench", max_skips=None, **kw)
         t = time.perf_counter()
-        rep = build_dataset(config, scenes, make_builder(spec), builder_spec=spec)
+        builder = make_builder(spec)
+        if cold_queries:
+            builder.retriever.embedder.cache_dir = cache / "cold_queries"
+            builder.retriever.embedder.__dict__.pop("queries", None)
+        rep = build_dataset(config, scenes, builder, builder_spec=spec)
         res["build_s"] = time.perf_counter() - t
     finally:
         if row.startswith("ray"):
@@ -84,6 +95,9 @@ def build_row(row: str, n: int, out: Path, cache: Path) -> dict:
         if cluster is not None:
             cluster.shutdown()
     res.update(scenes=len(rep.built), skipped=len(rep.skipped), stages={**rep.seconds})
+    # What the driver process imported: with warm caches, none of the model stacks.
+    res["driver_heavy_imports"] = sorted(m for m in HEAVY_MODULES if m in sys.modules)
+    res["worker_models"] = {str(k): v for k, v in rep.workers.get("worker_models", {}).items()}
     return res
 
 
@@ -95,11 +109,11 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _run_row(row: str, n: int, d: Path) -> dict:
+def _run_row(row: str, n: int, d: Path, cold_queries: bool = False) -> dict:
     """A row in a fresh process; seconds: its whole wall time."""
     out = d / f"{row}_{n}"
     cmd = [sys.executable, __file__, "--row", row, "--scenes", str(n), "--out", str(out)]
-    cmd += ["--cache", str(d / f"cache_{row}_{n}")]
+    cmd += ["--cache", str(d / f"cache_{row}_{n}")] + (["--cold-queries"] if cold_queries else [])
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S)
     seconds = time.perf_counter() - t
@@ -136,13 +150,13 @@ def run(quick: bool = False) -> dict:
             "load_avg_1m_at_start": os.getloadavg()[0],
             "sizes": list(sizes),
         }
-        curve, details = [], {}
+        curve, details, digests = [], {}, {}
         for n in sizes:
             rows = [*ROWS, MULTINODE] if n == min(sizes) else list(ROWS)
             ref = None
             for row in rows:
                 r = _run_row(row, n, d)
-                ref = ref or r["digest"]
+                ref = digests[n] = ref or r["digest"]
                 curve.append(
                     {
                         "scenes": n,
@@ -155,6 +169,22 @@ def run(quick: bool = False) -> dict:
                 print(f"ray_build: N={n} {row}: {r['seconds']:.1f} s", file=sys.stderr, flush=True)
         res["curve"] = curve
         res["rows"] = details
+        # The same rows with the query cache empty (what a first build pays to plan its retrieval).
+        n = COLD_N if COLD_N in sizes else max(sizes)
+        cold = {}
+        for row in COLD_ROWS:
+            r = _run_row(row, n, d, cold_queries=True)
+            cold[f"{row}_n{n}"] = {
+                "seconds": round(r["seconds"], 3),
+                "warm_seconds": next(c["seconds"] for c in curve if c["row"] == row and c["scenes"] == n),
+                "identical": r["digest"] == digests[n],
+                "stages": r["stages"],
+                "driver_heavy_imports": r["driver_heavy_imports"],
+            }
+            print(
+                f"ray_build: N={n} {row}, query cache cold: {r['seconds']:.1f} s", file=sys.stderr, flush=True
+            )
+        res["query_cache_cold"] = cold
         one = {c["scenes"]: c["seconds"] for c in curve if c["row"] == "one_process"}
         for c in curve:
             if c["row"] != "one_process":
@@ -180,11 +210,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scenes", type=int)
     ap.add_argument("--out")
     ap.add_argument("--cache")
+    ap.add_argument(
+        "--cold-queries", action="store_true", help="the row's query cache starts empty (internal)"
+    )
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models are local: no Hub look-up in a row
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if a.row:
-        print(json.dumps(build_row(a.row, a.scenes, Path(a.out), Path(a.cache))))
+        print(json.dumps(build_row(a.row, a.scenes, Path(a.out), Path(a.cache), a.cold_queries)))
         return 0
     print(json.dumps(run(quick=a.quick), indent=1))
     return 0

@@ -25,10 +25,10 @@ def main(speech_wav: str, bed: str, event: str) -> None:
     from harness.scoring.metrics import bertscore_f1
 
     cat = Catalog.embedded()
-    emb = Embedder()
+    emb = Embedder(disk_cache=False)  # the model itself, not vectors cached by an earlier run
     texts = [c.caption for c in cat.clips[:48]]
     single = np.stack([emb.encode([t])[0] for t in texts])
-    batch = Embedder().encode(texts, batch_size=16)  # a fresh encoder: the memo would return `single`
+    batch = Embedder(disk_cache=False).encode(texts, batch_size=16)  # fresh: a memo returns `single`
     r = Retriever(cat, emb, cache_dir=tempfile.mkdtemp())
     qd, qk = r.encode_queries(texts[:8], [["dog"]] * 8)
     pick = r.choose("a bell rings at school", ["bell", "school"], np.random.default_rng(3), kind="event")

@@ -9,11 +9,11 @@ def test_encode_memo_gives_the_bytes_of_a_fresh_encoder():
     from casu_dataset.sounds.retrieval import Embedder
 
     texts = ["A dog barks twice.", "Rain on a tin roof.", "A dog barks twice.", "Church bells ring."]
-    warm = Embedder()
+    warm = Embedder(disk_cache=False)  # the model, not the query-embedding cache
     batch = warm.encode(texts)
     again = warm.encode(texts[::-1])
     for i, t in enumerate(texts):
-        one = Embedder().encode([t])[0]
+        one = Embedder(disk_cache=False).encode([t])[0]
         assert batch[i].tobytes() == one.tobytes()
         assert again[len(texts) - 1 - i].tobytes() == one.tobytes()
     assert batch.dtype == np.float32 and batch.shape == (4, warm.dim)

@@ -33,7 +33,7 @@ def _cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def embedder():
-    return Embedder()
+    return Embedder(disk_cache=False)  # the model under each thread count, not cached vectors
 
 
 def _bell(clips_dir):

@@ -47,6 +47,18 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
+# libyaml's parser (~10x faster on the family library) with the same constructor and resolver, where
+# PyYAML was built with it. Its error marks carry no snippet, so any error parses again with the
+# pure-Python loader, whose message is what a user sees.
+_FastLoader: type | None = None
+if getattr(yaml, "__with_libyaml__", False):
+
+    class _StrictCLoader(yaml.CSafeLoader):
+        pass
+
+    _StrictCLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+    _FastLoader = _StrictCLoader
+
 
 class TooLargeError(CasuError, yaml.YAMLError):
     """A document whose aliases expand to more values than the reader allows (an alias bomb)."""
@@ -83,12 +95,21 @@ def safe_load(text: str, name: str | Path | None = None, max_nodes: int | None =
     """`yaml.safe_load`, refusing a key given twice in one mapping (DuplicateKeyError); `name` (the
     file) is what error marks show instead of "<unicode string>". With `max_nodes`, a document that
     expands (aliases included) to more values is refused before it is built (TooLargeError)."""
+    if _FastLoader is not None:
+        try:
+            return _load(_FastLoader, text, name, max_nodes)
+        except Exception:  # noqa: BLE001  (the pure loader fails it again, with its snippet)
+            pass
+    return _load(_StrictLoader, text, name, max_nodes)
+
+
+def _load(loader_class, text: str, name: str | Path | None, max_nodes: int | None):
     stream = io.StringIO(text)
     stream.name = str(name) if name else "<text>"  # type: ignore[misc]  # read by yaml's marks
-    if max_nodes is None:
-        return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    loader = _StrictLoader(stream)  # as yaml.load, with the node graph measured before it is built
+    loader = loader_class(stream)  # as yaml.load, with the node graph measured before it is built
     try:
+        if max_nodes is None:
+            return loader.get_single_data()
         node = loader.get_single_node()
         if node is None:
             return None

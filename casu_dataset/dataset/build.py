@@ -389,14 +389,21 @@ def build_dataset(
         )
         if ready is None:
             report.seconds["prebuild"] = time.perf_counter() - t0
+        else:  # the workers have their units: prepare the writing meanwhile
+            ready.start()
+            writer.prepare()
         for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
+            from_worker = None
             if ready is not None:  # local workers: this unit is in the cache once next() returns
-                next(ready)
+                from_worker = next(ready)  # ... and comes with it (None: the worker failed it)
                 if i == len(mine) - 1:
                     report.seconds["prebuild"] = time.perf_counter() - t0
             try:
-                with following(builder, plans()[i] if ready is None and executor == "local" else None):
-                    built = build_unit(unit, seed, builder, cache_dir)
+                if from_worker is not None:
+                    built = from_worker
+                else:
+                    with following(builder, plans()[i] if ready is None and executor == "local" else None):
+                        built = build_unit(unit, seed, builder, cache_dir)
             except (
                 Exception
             ) as err:  # one scene (or family) failing never stops the build; the reason is reported
@@ -538,7 +545,7 @@ def check_writable(out: Path, rows: dict, report: BuildReport, max_skips: int | 
 PARQUET = "test-00000-of-00001.parquet"  # the name of a config written as one shard
 SHARD_ROWS = 1000  # a shard closes at this many rows (a multiple of ROW_GROUP_SIZE) ...
 SHARD_BYTES = 256 * 1024 * 1024  # ... or once its row groups hold this many bytes (audio configs)
-IO_PENDING = 2  # row-group writes queued behind the one being written
+IO_PENDING = 2  # row-group writes queued behind the ones being written (finish() waits for none)
 AUDIO_COLUMNS = ("audio", "background", "speech", "events")
 
 
@@ -587,15 +594,23 @@ class FolderWriter:
         # (staged beside the target, so the swap is a rename on one file system).
         self.out = Path(out).expanduser().resolve()
         self.stage = atomic.tmp_path(self.out)
-        self.pending: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
+        self.pending: dict[str, list[dict]] = {c: [] for c in dataset_configs()}  # rows not yet converted
+        self.parts: dict[str, list] = {
+            c: [] for c in dataset_configs()
+        }  # converted rows of the next row group
+        self.group_rows: dict[str, int] = dict.fromkeys(dataset_configs(), 0)  # ... and their count
         self.shards: dict[str, list[Path]] = {c: [] for c in dataset_configs()}
         self.open: dict[str, tuple] = {}  # config -> (ParquetWriter, rows, bytes) of its open shard
         self.started = False
+        self._finishing = False  # finish() queues its writes without waiting
+        self._schemas: dict = {}
         self.identity: dict | None = None
         self.cues: CueMeter | None = None  # once a family's scene row is written
-        # Parquet encoding and writing run on one thread of their own, in submission order (the
-        # same bytes), while this one reads the next rows; at most IO_PENDING writes wait.
-        self._io: ThreadPoolExecutor | None = None
+        # Parquet encoding and writing run on one thread per config (pyarrow releases the GIL), each
+        # file's writes in submission order (the same bytes), while this one reads the next rows;
+        # at most IO_PENDING writes wait beyond one per config. At the end, the configs' last row
+        # groups are written at once rather than one after another.
+        self._io: dict[str, ThreadPoolExecutor] = {}
         self._io_pending: deque[Future] = deque()
 
     def _start(self) -> None:
@@ -610,9 +625,21 @@ class FolderWriter:
             self.stage.mkdir()
             self.started = True
 
+    def schema(self, config: str):
+        """The arrow schema of a config's parquet files (made once: `features` imports datasets)."""
+        if config not in self._schemas:
+            self._schemas[config] = features(config).arrow_schema
+        return self._schemas[config]
+
+    def prepare(self) -> None:
+        """Make every config's schema now (the datasets import, ~0.4 s) rather than at the first
+        flush: the build calls it while its workers build the first units."""
+        for c in dataset_configs():
+            self.schema(c)
+
     def add(self, config: str, rows: Iterable[dict]) -> None:
         for r in rows:
-            self.pending[config].append(r)  # _flush starts a new list
+            self.pending[config].append(r)  # _convert starts a new list
             if config == SCENES_CONFIG and r.get("family_id"):
                 # Every slot cue is measured from the stems as written, on other threads while
                 # the folder is being written.
@@ -621,19 +648,52 @@ class FolderWriter:
 
                     self.cues = CueMeter()
                 self.cues.add(r)
-            if len(self.pending[config]) == ROW_GROUP_SIZE:
+            if self.group_rows[config] + len(self.pending[config]) == ROW_GROUP_SIZE:
                 self._flush(config)
+        # Converted as they come (while workers build the next units) rather than all at the end.
+        self._convert(config)
+
+    def _table(self, config: str, rows: list[dict]):
+        """pa.Table.from_pylist(rows, schema), with the buffers from the system allocator: arrow's
+        default (mimalloc) gives each row group fresh pages, and zeroing them (transparent huge
+        pages) cost a build more system time than its parquet writing took. The values are the same."""
+        import pyarrow as pa
+
+        schema = self.schema(config)
+        pool = pa.system_memory_pool()
+        return pa.Table.from_arrays(
+            [
+                pa.array([r.get(n) for r in rows], type=f.type, memory_pool=pool)
+                for n, f in zip(schema.names, schema)
+            ],
+            schema=schema,
+        )
+
+    def _convert(self, config: str) -> None:
+        """The config's pending rows, as one more part of the row group being filled."""
+        if self.pending[config]:
+            self.parts[config].append(self._table(config, self.pending[config]))
+            self.group_rows[config] += len(self.pending[config])
+            self.pending[config] = []
 
     def _flush(self, config: str, empty_ok: bool = False) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        buf = self.pending[config]
-        if not buf and not empty_ok:
+        self._convert(config)
+        parts = self.parts[config]
+        if not parts and not empty_ok:
             return
         self._start()
-        table = pa.Table.from_pylist(buf, schema=features(config).arrow_schema)
-        self.pending[config] = []
+        pool = pa.system_memory_pool()
+        # One chunk per column, as one conversion of all the rows gives (the same parquet bytes).
+        if not parts:
+            table = self._table(config, [])
+        elif len(parts) == 1:
+            table = parts[0]
+        else:
+            table = pa.concat_tables(parts).combine_chunks(memory_pool=pool)
+        self.parts[config], self.group_rows[config] = [], 0
         if config not in self.open:
             part = self.stage / config / f".shard{len(self.shards[config]):05d}.part"
             part.parent.mkdir(parents=True, exist_ok=True)
@@ -641,12 +701,12 @@ class FolderWriter:
             # FLAC bytes do not compress further; snappy keeps the text columns small and the write
             # fast. pyarrow writes no timestamps, so the file is a pure function of its rows.
             self.open[config] = (
-                pq.ParquetWriter(str(part), table.schema, **PARQUET_OPTIONS),
+                pq.ParquetWriter(str(part), table.schema, memory_pool=pool, **PARQUET_OPTIONS),
                 0,
                 0,
             )
         w, n, size = self.open[config]
-        self._submit(w.write_table, table, row_group_size=ROW_GROUP_SIZE)
+        self._submit(config, w.write_table, table, row_group_size=ROW_GROUP_SIZE)
         n, size = n + table.num_rows, size + table.nbytes
         self.open[config] = (w, n, size)
         if n >= SHARD_ROWS or size >= SHARD_BYTES:
@@ -654,22 +714,25 @@ class FolderWriter:
 
     def _close(self, config: str) -> None:
         w, _, _ = self.open.pop(config)
-        self._submit(w.close)
+        self._submit(config, w.close)
 
-    def _submit(self, fn, *args, **kwargs) -> None:
-        if self._io is None:
-            self._io = ThreadPoolExecutor(1, thread_name_prefix="parquet")
-        self._io_pending.append(self._io.submit(fn, *args, **kwargs))
-        while len(self._io_pending) > IO_PENDING:
+    def _submit(self, config: str, fn, *args, **kwargs) -> None:
+        io = self._io.get(config)
+        if io is None:
+            io = self._io[config] = ThreadPoolExecutor(1, thread_name_prefix=f"parquet-{config}")
+        self._io_pending.append(io.submit(fn, *args, **kwargs))
+        # The oldest write is running or next on its thread (every earlier one has returned), so
+        # waiting for it cannot wait on this thread. finish() has every row in memory already.
+        while not self._finishing and len(self._io_pending) > IO_PENDING + len(self._io):
             self._io_pending.popleft().result()  # a failed write raises here
 
     def _drain(self) -> None:
         """Wait for every submitted write (the first failure raises), and stop the thread."""
         while self._io_pending:
             self._io_pending.popleft().result()
-        if self._io is not None:
-            self._io.shutdown()
-            self._io = None
+        for io in self._io.values():
+            io.shutdown()
+        self._io.clear()
 
     def finish(self, rows: dict, report: BuildReport, settings: dict, on_configs=None) -> None:
         """`rows`: every config's rows as written (light() is enough): the card is made from them.
@@ -678,9 +741,10 @@ class FolderWriter:
         from casu_dataset.formats import build_manifest
 
         self._start()
+        self._finishing = True
         try:
             for c in dataset_configs():
-                if self.pending[c] or not self.shards[c]:
+                if self.pending[c] or self.parts[c] or not self.shards[c]:
                     self._flush(
                         c, empty_ok=True
                     )  # an empty config is one empty shard, as load_dataset expects
@@ -749,8 +813,9 @@ class FolderWriter:
     def abort(self) -> None:
         if self.cues is not None:
             self.cues.close()
-        if self._io is not None:
-            self._io.shutdown(wait=True, cancel_futures=True)  # nothing writes once this returns
+        for io in self._io.values():
+            io.shutdown(wait=True, cancel_futures=True)  # nothing writes once this returns
+        self._io.clear()
         self._io_pending.clear()
         for w, _, _ in self.open.values():
             try:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from casu_dataset.core.errors import Field
 from casu_dataset.core.signals import ignoring_sigint
@@ -17,6 +19,9 @@ from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
+
+if TYPE_CHECKING:
+    from casu_dataset.dataset.ray_executor import RayRun
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,7 @@ def prebuild(
     timings: dict | None = None,
     plans: Callable[[], list | None] | list | None = None,
     stats: dict | None = None,
-) -> PoolRun | None:
+) -> PoolRun | RayRun | None:
     """Fill the scene cache ahead of assembly ("ray", or "local" with num_proc > 1); a no-op for
     a single local process (build.py builds each unit as it assembles).
 
@@ -60,7 +65,8 @@ def prebuild(
 
     Local workers return an iterator that yields once per unit, in the order given, when that
     unit is in the cache: the caller assembles unit i while the workers build the next ones
-    (close it to stop them). Ray fills the whole cache before returning None."""
+    (close it to stop them). Ray's run (ray_executor.RayRun) yields the same way, the unit then
+    read back from the cache its actors' entries were stored in (None every time)."""
     if executor not in EXECUTORS:
         raise ConfigError(Field("executor"), f" {executor!r}: expected local or ray")
     if executor == "ray":
@@ -68,9 +74,9 @@ def prebuild(
             raise ConfigError(
                 Field("executor", "ray"), " needs a builder spec (workers construct their own models)"
             )
-        from casu_dataset.dataset.ray_executor import prebuild_ray
+        from casu_dataset.dataset.ray_executor import RayRun
 
-        prebuild_ray(
+        return RayRun(
             units,
             seed,
             builder_spec,
@@ -80,7 +86,6 @@ def prebuild(
             stats=stats,
             **(ray_options or {}),
         )
-        return None
     # Never more worker processes than units of work: each one imports the stack.
     if num_proc > len(units) > 0:
         log.info(
@@ -98,6 +103,21 @@ def prebuild(
 
 _POOL_STATE: dict = {}
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# Libraries whose thread pools deadlock (or whose state breaks) in a forked child: once one is
+# imported here, workers are spawned (each imports the stack afresh, ~1 s of CPU apiece).
+FORK_UNSAFE = ("torch", "ctranslate2", "onnxruntime", "tensorflow", "jax")
+
+
+def start_method() -> str:
+    """How pool workers start: forked on Linux while this process has imported none of
+    FORK_UNSAFE (a build whose retrieval was planned from the query cache: the workers start at
+    once, with the stack already imported), else spawned."""
+    import multiprocessing as mp
+    import sys
+
+    if sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
+        return "spawn"
+    return "spawn" if any(m in sys.modules for m in FORK_UNSAFE) else "fork"
 
 
 def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
@@ -110,6 +130,12 @@ def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
     # thread count (sounds/retrieval.py), and Whisper's threads were already split (spec).
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(spec.get("threads") or 1)
+    try:  # a forked worker's BLAS pool was sized in the parent, before THREAD_VARS were set
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+        threadpool_limits(spec.get("threads") or 1)
+    except ImportError:
+        pass
     from casu_dataset.mix.realize import make_builder
 
     _POOL_STATE.update(builder=make_builder(spec), seed=seed, cache_dir=cache_dir)
@@ -118,34 +144,38 @@ def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
 def _pool_build(job):
     """Build one unit (with the driver's retrieval plan) in a worker; returns (pid, models loaded
     so far, the worker's stage seconds spent on it: the parent adds them up, so the build's stage
-    timers cover the work done in workers too)."""
+    timers cover the work done in workers too, and the unit as build_unit returns it, None if it
+    failed: the parent then builds it itself, reporting the same reason)."""
     unit, plan = job
     st = _POOL_STATE
     builder = st["builder"]
     before = dict(builder.timings)
+    built = None
     try:
         follow_plan(builder, plan)
-        build_unit(unit, st["seed"], builder, st["cache_dir"])
+        built = build_unit(unit, st["seed"], builder, st["cache_dir"])
     except Exception:  # noqa: BLE001  (reported again, with the same reason, when the parent assembles)
         pass
     spent = {k: v - before.get(k, 0.0) for k, v in builder.timings.items()}
-    return os.getpid(), loaded_models(builder), spent
+    return os.getpid(), loaded_models(builder), spent, built
 
 
 class PoolRun:
     """Worker processes filling the scene cache: `next()` returns once the next unit (in the given
     order) is in it, so the parent assembles the folder in that fixed order and the output is
-    identical to num_proc=1; `close()` stops the workers. Workers are spawned, not forked
-    (torch's and ctranslate2's thread pools deadlock in a forked child) as soon as this is made,
-    so they import and make their builders while the driver plans (`plans()` is called at the
-    first next())."""
+    identical to num_proc=1; `close()` stops the workers. Workers start as soon as this is made,
+    forked where that is safe (start_method: no torch or ctranslate2 thread pools here, whose
+    copies deadlock in a child), else spawned; either way they make their builders while the
+    driver plans (`plans()` is called at the first next())."""
 
     def __init__(self, units, seed, spec, cache_dir, num_proc, timings=None, plans=None, stats=None):
         import multiprocessing as mp
 
         spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
         self.units, self.plans, self.timings = units, plans, timings
-        self.models = (stats if stats is not None else {}).setdefault("worker_models", {})
+        stats = stats if stats is not None else {}
+        self.models = stats.setdefault("worker_models", {})
+        stats["worker_start"] = method = start_method()
         # The workers' BLAS and OpenMP pools are sized as they start (numpy is imported before
         # the initializer runs), so the split thread count goes in the environment they inherit.
         threads = {k: str(spec["threads"]) for k in THREAD_VARS}
@@ -153,7 +183,7 @@ class PoolRun:
         os.environ.update(threads)
         try:
             with ignoring_sigint():  # the workers start with it ignored (inherited), even while importing
-                self.pool = mp.get_context("spawn").Pool(
+                self.pool = mp.get_context(method).Pool(
                     num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
                 )
         finally:
@@ -162,22 +192,42 @@ class PoolRun:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        self.results = None
+        self.results: deque = deque()
+        self.jobs: Iterator | None = None  # the units with their plans, once planned
+        self.window = 2 * num_proc + 2  # units handed out ahead: every worker busy, the next queued
 
     def __iter__(self):
         return self
 
-    def __next__(self) -> None:
-        if self.results is None:
-            plans = (self.plans() if callable(self.plans) else self.plans) or [None] * len(self.units)
-            # imap hands units out in order as workers free up and returns them in order: the
-            # workers run ahead of the caller, never more than the task queue allows.
-            self.results = self.pool.imap(_pool_build, list(zip(self.units, plans)))
-        pid, loaded, spent = next(self.results)
+    def __next__(self) -> dict | None:
+        """The next unit as build_unit returns it, every scene counted as a cache hit (as when the
+        parent read it back from the cache the worker filled); None: the worker failed it."""
+        self.start()
+        if not self.results:
+            raise StopIteration
+        pid, loaded, spent, built = self.results.popleft().get()
+        self._submit()
         self.models[pid] = loaded
         if self.timings is not None:
             for k, v in spent.items():
                 self.timings[k] = self.timings.get(k, 0.0) + v
+        return None if built is None else {sid: (b, True) for sid, (b, _) in built.items()}
+
+    def start(self) -> None:
+        """Plan (`plans()`) and hand out the first units, once (the first next() does it too)."""
+        if self.jobs is None:
+            plans = (self.plans() if callable(self.plans) else self.plans) or [None] * len(self.units)
+            self.jobs = iter(list(zip(self.units, plans)))
+            for _ in range(self.window):
+                self._submit()
+
+    def _submit(self) -> None:
+        """Hand the next unit to the pool. Units go out in order as workers free up and come back
+        in order; at most `window` are out at once, so the built units (their audio) waiting for
+        the parent stay few however far the workers could run ahead."""
+        job = next(self.jobs, None) if self.jobs is not None else None
+        if job is not None:
+            self.results.append(self.pool.apply_async(_pool_build, (job,)))
 
     def close(self) -> None:
         self.pool.terminate()

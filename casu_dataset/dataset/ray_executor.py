@@ -8,8 +8,8 @@ four variants) with its planned query embeddings, so no actor loads the sentence
 model; a model an actor does need (a TTS engine on a cold speech cache, Whisper) loads once in
 that actor. An actor builds its unit into the scene cache exactly as a local worker does and
 returns the cache entries it used; the driver stores the ones its own cache lacks (so a cluster
-needs no shared filesystem), then `build_dataset` assembles the folder from the cache in a fixed
-order: the output is byte-identical to `--num-proc 1`.
+needs no shared filesystem), and `build_dataset` assembles the folder from the cache in a fixed
+order, unit by unit as they come back (RayRun): the output is byte-identical to `--num-proc 1`.
 
 Failures: an actor whose process dies is restarted and its unit retried by Ray (`max_retries`);
 a unit whose call is lost for good is built by the driver during assembly (nothing cached is
@@ -27,6 +27,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field
@@ -127,99 +128,158 @@ def store_entry(cache_dir: Path, key: str, files: dict[str, bytes]) -> bool:
     return True
 
 
-def prebuild_ray(
-    units: list,
-    seed: int,
-    spec: dict,
-    cache_dir: Path,
-    address: str | None = None,
-    num_gpus: float | None = None,
-    max_retries: int = 3,
-    progress: bool = True,
-    stats: dict | None = None,
-    plans: Callable[[], list | None] | list | None = None,
-    num_workers: int | None = None,
-) -> None:
-    """Build every unit on a pool of BuildWorker actors (`num_workers`, default one per CPU of the
-    cluster, never more than units) and store what they built in `cache_dir`. Connects to
-    `address` (a running cluster: `ray start --head`), or starts a local one when none is given
-    and this process is not already connected; a cluster this call started is shut down at the end."""
-    ray = require_ray()
-    from tqdm import tqdm
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
-    if gpus and not ray.cluster_resources().get("GPU"):
-        from casu_dataset.dataset.config import ConfigError
-
-        raise ConfigError(
-            Field("executor", "ray"),
-            f": tasks ask for {gpus} GPU but the cluster has none "
-            "(start workers with `ray start --num-gpus N`, or set ",
-            Field("ray_num_gpus"),
-            " 0)",
-        )
-    spec = {**spec, "threads": 1}
-    stats = stats if stats is not None else {}
-    stats.update(stored=0, failed=0, lost=[])
-    models = stats.setdefault("worker_models", {})
-    have = ray.cluster_resources()
-    n = num_workers or max(1, int(have.get("CPU", 1)))
-    if gpus:  # an actor holds its GPU share for the whole build: no more actors than shares
-        n = min(n, max(1, int(have.get("GPU", 0) / gpus + 1e-9)))
-    n = max(1, min(n, len(units)))
-    actor = ray.remote(BuildWorker).options(
-        num_cpus=1, num_gpus=gpus, max_restarts=max_retries, max_task_retries=max_retries
-    )
+def prebuild_ray(units: list, seed: int, spec: dict, cache_dir: Path, **kw) -> None:
+    """Build every unit on a pool of BuildWorker actors and store what they built in `cache_dir`
+    (RayRun, run to its end)."""
+    run = RayRun(units, seed, spec, cache_dir, **kw)
     try:
-        # The spec goes by value: an actor restarted after its process died needs its arguments
-        # again, and an object-store copy may be gone by then.
-        workers = [actor.remote(spec, seed, str(cache_dir)) for _ in range(n)] if units else []
-        # The actors start (imports, builder) while the driver plans.
-        plans = plans() if callable(plans) else plans
-        jobs = list(zip(units, plans or [None] * len(units)))
-        queue = list(reversed(jobs))
-        pending: dict = {}  # call -> (worker, unit)
-
-        def submit(w) -> None:
-            unit, plan = queue.pop()
-            pending[w.build.remote(unit, plan)] = (w, unit)
-
-        for _ in range(IN_FLIGHT):  # round by round: a unit for every actor before a second one
-            for w in workers:
-                if queue:
-                    submit(w)
-        dead: set = set()
-        with tqdm(total=len(jobs), desc="scenes (ray)", disable=not progress) as bar:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                w, unit = pending.pop(done[0])
-                bar.update()
-                try:
-                    res = ray.get(done[0])
-                except Exception as err:  # retries exhausted: the driver builds this unit itself
-                    stats["lost"].append((unit[0].script.id, f"{type(err).__name__}"))
-                    dead.add(w)  # its restarts are used up: the others take the queue
-                    live = [x for x in workers if x not in dead]
-                    while queue and live and len(pending) < IN_FLIGHT * len(live):
-                        submit(live[len(queue) % len(live)])
-                    continue
-                if queue:
-                    submit(w)  # the freed actor's next unit, queued behind its other call
-                models[res["pid"]] = res["models"]
-                stats["failed"] += res["error"] is not None
-                stats["stored"] += sum(store_entry(cache_dir, k, f) for k, f in res["entries"].items())
-        # Every actor died for good: the units never sent are built by the driver too.
-        stats["lost"].extend((unit[0].script.id, "no live worker") for unit, _ in queue)
+        for _ in run:
+            pass
     finally:
-        if started:
-            ray.shutdown()
-    for sid, why in stats["lost"]:
-        log.warning(
-            "ray: the build of %s was lost (%s) after %s retries; built locally instead",
-            sid,
-            why,
-            max_retries,
-        )
+        run.close()
+
+
+class RayRun:
+    """Units built on a pool of BuildWorker actors (`num_workers`, default one per CPU of the
+    cluster, never more than units), their entries stored in `cache_dir` as they come back.
+    `next()` returns once the next unit (in the given order) is in the cache, or was lost (the
+    driver then builds it): the driver assembles unit i while the actors build the next ones.
+    Connects to `address` (a running cluster: `ray start --head`), or starts a local one when none
+    is given and this process is not already connected; a cluster this run started is shut down
+    by `close()`."""
+
+    def __init__(
+        self,
+        units: list,
+        seed: int,
+        spec: dict,
+        cache_dir: Path,
+        address: str | None = None,
+        num_gpus: float | None = None,
+        max_retries: int = 3,
+        progress: bool = True,
+        stats: dict | None = None,
+        plans: Callable[[], list | None] | list | None = None,
+        num_workers: int | None = None,
+    ):
+        ray = self.ray = require_ray()
+        from tqdm import tqdm
+
+        self.units, self.cache_dir, self.max_retries, self.plans = units, cache_dir, max_retries, plans
+        self.stats = stats = stats if stats is not None else {}
+        stats.update(stored=0, failed=0, lost=[])
+        self.warned = 0
+        self.bar: Any = None
+        self.started = not ray.is_initialized()
+        if self.started:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
+            if gpus and not ray.cluster_resources().get("GPU"):
+                from casu_dataset.dataset.config import ConfigError
+
+                raise ConfigError(
+                    Field("executor", "ray"),
+                    f": tasks ask for {gpus} GPU but the cluster has none "
+                    "(start workers with `ray start --num-gpus N`, or set ",
+                    Field("ray_num_gpus"),
+                    " 0)",
+                )
+            spec = {**spec, "threads": 1}
+            self.models = stats.setdefault("worker_models", {})
+            have = ray.cluster_resources()
+            n = num_workers or max(1, int(have.get("CPU", 1)))
+            if gpus:  # an actor holds its GPU share for the whole build: no more actors than shares
+                n = min(n, max(1, int(have.get("GPU", 0) / gpus + 1e-9)))
+            n = max(1, min(n, len(units)))
+            actor = ray.remote(BuildWorker).options(
+                num_cpus=1, num_gpus=gpus, max_restarts=max_retries, max_task_retries=max_retries
+            )
+            # The spec goes by value: an actor restarted after its process died needs its arguments
+            # again, and an object-store copy may be gone by then. The actors start (imports,
+            # builder) while the driver plans.
+            self.workers = [actor.remote(spec, seed, str(cache_dir)) for _ in range(n)] if units else []
+        except BaseException:
+            self.close()
+            raise
+        self.queue: list | None = None  # (index, unit, plan) still to send, last first
+        self.pending: dict = {}  # call -> (worker, index, unit)
+        self.dead: set = set()
+        self.finished: set[int] = set()  # units stored in the cache or lost
+        self.next_index = 0
+        self.bar = tqdm(total=len(units), desc="scenes (ray)", disable=not progress)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> None:
+        self.start()
+        i = self.next_index
+        if i >= len(self.units):
+            raise StopIteration
+        while i not in self.finished:
+            if self.pending:
+                self._collect_one()
+            else:  # every actor died for good: the units never sent are built by the driver too
+                for j, unit, _ in reversed(self.queue or []):
+                    self.stats["lost"].append((unit[0].script.id, "no live worker"))
+                    self.finished.add(j)
+                self.queue = []
+        self.next_index += 1
+        return None  # the unit is in the cache (or lost): the driver reads (or builds) it there
+
+    def start(self) -> None:
+        """Plan (`plans()`) and send every actor its first units, once."""
+        if self.queue is not None:
+            return
+        plans = self.plans() if callable(self.plans) else self.plans
+        jobs = list(zip(range(len(self.units)), self.units, plans or [None] * len(self.units)))
+        self.queue = list(reversed(jobs))
+        for _ in range(IN_FLIGHT):  # round by round: a unit for every actor before a second one
+            for w in self.workers:
+                if self.queue:
+                    self._submit(w)
+
+    def _submit(self, w) -> None:
+        assert self.queue is not None
+        i, unit, plan = self.queue.pop()
+        self.pending[w.build.remote(unit, plan)] = (w, i, unit)
+
+    def _collect_one(self) -> None:
+        """Wait for one call; store its entries (or count its unit lost)."""
+        ray, stats = self.ray, self.stats
+        done, _ = ray.wait(list(self.pending), num_returns=1)
+        w, i, unit = self.pending.pop(done[0])
+        self.bar.update()
+        self.finished.add(i)
+        try:
+            res = ray.get(done[0])
+        except Exception as err:  # retries exhausted: the driver builds this unit itself
+            stats["lost"].append((unit[0].script.id, f"{type(err).__name__}"))
+            self.dead.add(w)  # its restarts are used up: the others take the queue
+            live = [x for x in self.workers if x not in self.dead]
+            while self.queue and live and len(self.pending) < IN_FLIGHT * len(live):
+                self._submit(live[len(self.queue) % len(live)])
+            return
+        if self.queue:
+            self._submit(w)  # the freed actor's next unit, queued behind its other call
+        self.models[res["pid"]] = res["models"]
+        stats["failed"] += res["error"] is not None
+        stats["stored"] += sum(store_entry(self.cache_dir, k, f) for k, f in res["entries"].items())
+
+    def close(self) -> None:
+        """Stop (a cluster this run started is shut down) and name the units that were lost; once."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
+        for sid, why in self.stats["lost"][self.warned :]:
+            log.warning(
+                "ray: the build of %s was lost (%s) after %s retries; built locally instead",
+                sid,
+                why,
+                self.max_retries,
+            )
+        self.warned = len(self.stats["lost"])

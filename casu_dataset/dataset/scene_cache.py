@@ -53,6 +53,25 @@ def code_hash(root: Path = _CODE_ROOT) -> str:
     return h.hexdigest()[:16]
 
 
+_FINGERPRINT: list = [None, None, ""]  # the last catalog, what its fingerprint was made of, the fingerprint
+FINGERPRINT_MEMO_MAX = 100_000  # clips; a bigger catalog is hashed each time (its state would be big)
+
+
+def catalog_fingerprint(catalog) -> str:
+    """`catalog.fingerprint()`, hashed again only when what it covers changed (a lazy catalog
+    measures durations as it goes): every scene key needs it, and hashing a 400-clip catalog's
+    JSON for each took more of a build's driver than planning its retrieval."""
+    clips = getattr(catalog, "clips", None)
+    if not isinstance(clips, list) or len(clips) > FINGERPRINT_MEMO_MAX:  # a stand-in, or huge: no memo
+        return catalog.fingerprint()
+    state = [(c.id, c.kind, c.type, tuple(c.captions), tuple(c.keywords), c.duration) for c in clips]
+    last, last_state, fp = _FINGERPRINT
+    if last is not catalog or last_state != state:
+        fp = catalog.fingerprint()
+        _FINGERPRINT[:] = [catalog, state, fp]
+    return fp
+
+
 def _render_inputs(scene, seed: int, builder) -> list:
     """What decides a rendered scene on this builder: the code, the script, the seed, the mix, the
     retrieval (model, weighting, catalog) and the voices and speech checks."""
@@ -66,7 +85,7 @@ def _render_inputs(scene, seed: int, builder) -> list:
         builder.mix_config.model_dump(mode="json"),
         r.alpha,
         r.embedder.model_name,
-        r.catalog.fingerprint(),
+        catalog_fingerprint(r.catalog),
         [v.to_dict() for v in builder.registry.voices],
         builder.checker is not None,
         builder.max_wer,

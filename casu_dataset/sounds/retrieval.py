@@ -75,11 +75,22 @@ def default_model_path() -> str:
 
 
 class Embedder:
-    """Sentence-transformers encoder; `model` is a name or a local path."""
+    """Sentence-transformers encoder; `model` is a name or a local path. Vectors it computed are
+    kept in the query-embedding cache under `cache_dir`'s embeddings folder (`cache_dir` None: the
+    default cache root, as for the catalog embeddings; `disk_cache=False`: memo only), so the
+    model is loaded only for texts never encoded before."""
 
-    def __init__(self, model: str | None = None, device: str = "cpu"):
+    def __init__(
+        self,
+        model: str | None = None,
+        device: str = "cpu",
+        cache_dir: str | Path | None = None,
+        disk_cache: bool = True,
+    ):
         self.model_name = model or DEFAULT_MODEL
         self.device = device
+        self.cache_dir = cache_dir
+        self.disk_cache = disk_cache
         self._memo: dict[str, np.ndarray] = {}
 
     @functools.cached_property
@@ -104,24 +115,44 @@ class Embedder:
     def dim(self) -> int:
         return int(self.model.get_embedding_dimension())
 
+    @functools.cached_property
+    def queries(self):
+        """The query-embedding cache of this model (query_cache.py), or None without one."""
+        if not self.disk_cache:
+            return None
+        from casu_dataset.sounds.query_cache import QueryCache
+
+        key = hashlib.sha256(f"{self.model_name}|{EMBED_VERSION}".encode()).hexdigest()[:24]
+        return QueryCache(cache_layout.embeddings_dir(self.cache_dir) / f"queries-{key}.sqlite")
+
     def encode(self, texts: list[str], batch_size: int = 128) -> np.ndarray:
         """Unit-norm embeddings on the 2**-QUANT_BITS grid; identical bytes on every x86-64 CPU,
         under any thread count and batch composition (see the module docstring). Texts seen
-        before come from a memo: a build asks for the same fill descriptions again and again,
-        and one float64 forward pass per query dominated the pre-build retrieval check."""
+        before come from a memo, then from the query-embedding cache (the same float32 bytes):
+        a build asks for the same fill descriptions again and again, and loading the model and
+        one float64 forward pass per query dominated the pre-build retrieval check."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         memo = self._memo
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
+        if todo and self.queries is not None:
+            dim = self.__dict__.get("dim")  # only if the model is loaded: never loaded for this
+            memo.update(self.queries.get(todo, dim))
+            todo = [t for t in todo if t not in memo]
         if todo:
-            out = self.model.encode(
-                todo,
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
+            out = quantize(
+                self.model.encode(
+                    todo,
+                    batch_size=batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
             )
-            memo.update(zip(todo, quantize(out)))
+            new = dict(zip(todo, out))
+            memo.update(new)
+            if self.queries is not None:
+                self.queries.put(new)
         return np.stack([memo[t] for t in texts])
 
 
@@ -175,6 +206,7 @@ class Match:
 
 
 INDEX_MODES = ("auto", "exact", "ann")
+NUMPY_MAX_CLIPS = 20_000  # up to here numpy scores and ranks; above, torch's GEMM and topk are faster
 
 
 class Retriever:
@@ -195,7 +227,10 @@ class Retriever:
         if index not in INDEX_MODES:
             raise ValueError(f"retrieval: index {index!r}: expected one of {', '.join(INDEX_MODES)}")
         self.catalog = catalog
-        self.embedder = embedder or Embedder()
+        self.embedder = embedder or Embedder(cache_dir=cache_dir)
+        if cache_dir is not None and self.embedder.cache_dir is None:
+            self.embedder.cache_dir = cache_dir  # query vectors beside the catalog's
+            self.embedder.__dict__.pop("queries", None)
         self.alpha = alpha
         self._cache_dir = cache_dir
         self._given = embeddings
@@ -252,7 +287,23 @@ class Retriever:
         return self.embedder.encode(descriptions), self.embedder.encode([keyword_text(k) for k in keywords])
 
     def score_matrix(self, qd: np.ndarray, qk: np.ndarray, alpha: float | None = None) -> np.ndarray:
-        return self._scores(qd, qk, self.alpha if alpha is None else alpha).numpy()
+        a = self.alpha if alpha is None else alpha
+        if self._numpy_scores():
+            return self._scores_np(qd, qk, a)
+        return self._scores(qd, qk, a).numpy()
+
+    def _numpy_scores(self) -> bool:
+        """Small catalogs are scored and ranked in numpy: the same bytes (every score is exact, see
+        the module doc), and a build's driver never imports torch for them (~1.5 s)."""
+        return len(self.catalog) <= NUMPY_MAX_CLIPS
+
+    def _scores_np(self, qd: np.ndarray, qk: np.ndarray, a: float) -> np.ndarray:
+        """`_scores` in numpy: the products are exact, and the weighting is the same two float32
+        multiplications and one addition, so the bytes are torch's."""
+        dim = qd.shape[1]
+        sd = quantize(qd) @ self.joint[:, :dim].T
+        sk = quantize(qk) @ self.joint[:, dim:].T
+        return sd * np.float32(a) + sk * np.float32(1.0 - a)
 
     def _scores(self, qd: np.ndarray, qk: np.ndarray, a: float):
         """a*cos_desc + (1-a)*cos_kw. The two products are exact (grid embeddings), and the
@@ -351,6 +402,8 @@ class Retriever:
         return self._exact_topk(qd, qk, k, mask, a, chunk)
 
     def _exact_topk(self, qd, qk, k, mask, a, chunk=256):
+        if self._numpy_scores():
+            return self._exact_topk_np(qd, qk, k, mask, a, chunk)
         import torch
 
         idx_out = np.empty((qd.shape[0], k), dtype=np.int64)
@@ -373,6 +426,23 @@ class Retriever:
                 ti, tv = _canonical(tied[None], row[tied][None])
                 i[j], v[j] = ti[0, :k], tv[0, :k]
             idx_out[s : s + chunk], val_out[s : s + chunk] = i, v
+        return idx_out, val_out
+
+    def _exact_topk_np(self, qd, qk, k, mask, a, chunk=256):
+        """`_exact_topk` in numpy: per query, every clip scoring at least the k-th best score, in
+        canonical order (score desc, clip index asc), cut to k."""
+        idx_out = np.empty((qd.shape[0], k), dtype=np.int64)
+        val_out = np.empty((qd.shape[0], k), dtype=np.float32)
+        neg = None if mask is None else np.where(mask, 0.0, -np.inf).astype(np.float32)
+        n = len(self.catalog)
+        for s in range(0, qd.shape[0], chunk):
+            sc = self._scores_np(qd[s : s + chunk], qk[s : s + chunk], a)
+            if neg is not None:
+                sc += neg  # as the torch path adds it (0.0 + -0.0 is 0.0 there too)
+            for j, row in enumerate(sc):
+                cand = np.flatnonzero(row >= np.partition(row, n - k)[n - k]) if k < n else np.arange(n)
+                ti, tv = _canonical(cand[None], row[cand][None])
+                idx_out[s + j], val_out[s + j] = ti[0, :k], tv[0, :k]
         return idx_out, val_out
 
     def _ann_topk(self, qd, qk, k, mask, a, chunk=256):
