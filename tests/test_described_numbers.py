@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from casu_dataset.contract import AnnotationError
 from casu_dataset.core.audio_io import AudioError, decode_bytes
-from casu_dataset.mix.mixer import AnnotationError, regenerate
+from casu_dataset.mix.regenerate import regenerate
 
 
 @pytest.fixture(scope="module")

@@ -266,7 +266,8 @@ def test_family_clip_gain_is_shared(built_fixture_families):
 
 
 def test_regenerate_reproduces_a_forced_clip_gain(built_fixture_families):
-    from casu_dataset.mix.mixer import SceneSources, SourceRef, compose, regenerate
+    from casu_dataset.mix.mixer import SceneSources, SourceRef, compose
+    from casu_dataset.mix.regenerate import regenerate
 
     scenes, res = built_fixture_families
     s = scenes[0]
@@ -283,9 +284,9 @@ def test_regenerate_reproduces_a_forced_clip_gain(built_fixture_families):
 
 
 def _path(entry: dict) -> str:
-    from casu_dataset.mix.mixer import _resolve_path
+    from casu_dataset.mix.regenerate import resolve_source_path
 
-    return _resolve_path(entry["path"], [])
+    return resolve_source_path(entry["path"], [])
 
 
 # -- the built dataset and the harness ----------------------------------------------------------

@@ -156,7 +156,7 @@ def annotation(clips_dir, speech_wavs):
 
 
 def test_a_mutated_annotation_regenerates_or_is_named(annotation):
-    from casu_dataset.mix.mixer import regenerate
+    from casu_dataset.mix.regenerate import regenerate
 
     # Mutations of the fields regenerate reads (the script and the records it only carries along
     # are not rendered from).

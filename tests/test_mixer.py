@@ -15,8 +15,8 @@ from casu_dataset.mix.mixer import (
     SceneSources,
     SourceRef,
     compose,
-    regenerate,
 )
+from casu_dataset.mix.regenerate import regenerate
 from casu_dataset.script.schema import parse_script
 from casu_dataset.script.timeline import TimelineError
 
@@ -200,7 +200,7 @@ def test_regenerate_detects_changed_source(sources, tmp_path, speech_wavs):
 
 
 def test_regenerate_refuses_numbers_it_cannot_render_naming_the_field(sources):
-    from casu_dataset.mix.mixer import AnnotationError
+    from casu_dataset.contract import AnnotationError
 
     a = compose(script(), sources, seed=1)
     edits = [

@@ -14,8 +14,8 @@ from casu_dataset.mix.mixer import (
     SceneSources,
     SourceRef,
     compose,
-    regenerate,
 )
+from casu_dataset.mix.regenerate import regenerate
 from casu_dataset.script.schema import parse_script
 from casu_dataset.sounds import source_check
 from casu_dataset.sounds.catalog import Catalog

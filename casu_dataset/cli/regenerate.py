@@ -16,7 +16,7 @@ def run(args) -> int:
     import numpy as np
 
     from casu_dataset.core.audio_io import load_audio
-    from casu_dataset.mix.mixer import regenerate
+    from casu_dataset.mix.regenerate import regenerate
     from casu_dataset.sounds.bank import bank_dir
 
     res = regenerate(args.annotation, search_dirs=[bank_dir() / "audio", *args.search])
