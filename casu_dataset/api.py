@@ -48,7 +48,8 @@ def build(config: BuildConfig) -> BuildResult:
     bad library, LockError for a lock made for another library or other settings, and BuildError
     (exit code 1) when the build itself fails (fills that cannot be retrieved, too many skipped
     scenes, a scene that contradicts the lock); nothing is written then."""
-    from casu_dataset.dataset.build import BuildError, build_dataset, build_settings
+    from casu_dataset.core.errors import BuildError
+    from casu_dataset.dataset.build import build_dataset, build_settings
     from casu_dataset.families.compile import compile_families, is_family_library
     from casu_dataset.families.preflight import fill_problems, rejected_summary
     from casu_dataset.formats.lock import LockError, load_for, lock_path
@@ -87,11 +88,11 @@ def build(config: BuildConfig) -> BuildResult:
     lib = config.library()
     if not lib.exists() and not lib.is_symlink():
         raise ConfigError(Field("scenarios"), f" {config.scenarios}: no such file or folder")
-    from casu_dataset.core.paths import PathProblem, input_path
+    from casu_dataset.core.paths import PathError, input_path
 
     try:  # a symlink loop, a dangling link, a FIFO or a device: named (a FIFO would block the read)
         input_path(lib, "scenarios", "any")
-    except PathProblem as err:
+    except PathError as err:
         raise ConfigError(
             Field("scenarios"), f" {config.scenarios}: {str(err).removeprefix('scenarios: ')}"
         ) from None
@@ -210,7 +211,7 @@ def _drop_unvaried(config: BuildConfig, scenes: list[Any], builder, invalid: lis
     Within `max_skips` they are left out and reported as skipped (a whole family at a time: its
     variants are one unit), never built on realization 1's recording; beyond it, BuildError naming
     every (family, layer, type) before anything is built."""
-    from casu_dataset.dataset.build import BuildError
+    from casu_dataset.core.errors import BuildError
     from casu_dataset.dataset.executor import unit_key
     from casu_dataset.mix.second_realization import variation_problems
 

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from casu_dataset.core.errors import CasuError, LoadError
+from casu_dataset.core.errors import InputError, LoadError
 
 # ---------------------------------------------------------------- tasks
 
@@ -207,7 +207,7 @@ ANNOTATION_VERSION = 1
 SUPPORTED_ANNOTATION_VERSIONS = (1,)
 
 
-class AnnotationError(CasuError, ValueError):
+class AnnotationError(InputError, ValueError):
     """A scene annotation this code cannot read (not CASU's, another version, a field missing)."""
 
 

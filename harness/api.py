@@ -3,9 +3,10 @@
 `python -m harness` is a thin layer over it: it parses flags, calls `simple_evaluate`, maps the
 errors below to exit codes and prints the table. Every input is checked before any model loads.
 
-Errors: `UsageError` (a bad argument, path, task YAML or dataset; the CLI's exit 2, and
-TaskConfigError / LoadError / ModelArgsError are ValueErrors too) and
-`model_adapters.AdapterError` (the model cannot be loaded or run; exit 3).
+Errors (casu_dataset.core.errors: each is an InputError, exit 2, or a ModelError, exit 3):
+`UsageError` (a bad argument, path, task YAML or dataset; TaskConfigError / LoadError /
+ModelArgsError are InputErrors and ValueErrors too) and `model_adapters.AdapterError` (the model
+cannot be loaded or run).
 """
 
 from __future__ import annotations
@@ -107,11 +108,11 @@ def _open_data(dataset: str, tasks, seed: int, full_check: bool = False, flag: s
     from harness.run.data import CasuData
 
     if is_local(dataset) and os.path.lexists(os.path.expanduser(str(dataset))):
-        from casu_dataset.core.paths import PathProblem, input_path
+        from casu_dataset.core.paths import PathError, input_path
 
         try:  # a symlink loop, a dangling link, a FIFO or a file in its place: named
             input_path(os.path.expanduser(str(dataset)), f"{flag} {dataset}", "folder")
-        except PathProblem as err:
+        except PathError as err:
             raise UsageError(str(err)) from None
     if is_local(dataset) and not os.path.isdir(os.path.expanduser(str(dataset))):
         raise UsageError(

@@ -303,7 +303,7 @@ def read_yaml(path: str | Path) -> dict:
     import yaml
 
     from casu_dataset.core import strict_yaml
-    from casu_dataset.core.paths import PathProblem, read_text
+    from casu_dataset.core.paths import PathError, read_text
 
     p = Path(path)
     if not os.path.lexists(p):
@@ -312,7 +312,7 @@ def read_yaml(path: str | Path) -> dict:
         raise UsageError(f"--config {path}: is a folder; give a YAML file")
     try:
         data = strict_yaml.safe_load(read_text(p, f"--config {path}"), p, max_nodes=YAML_NODES)
-    except PathProblem as err:  # a FIFO, a device (/dev/zero), a symlink loop, over 1 MiB
+    except PathError as err:  # a FIFO, a device (/dev/zero), a symlink loop, over 1 MiB
         raise UsageError(str(err)) from None
     except UnicodeDecodeError:
         raise UsageError(f"--config {path}: not UTF-8 text; give a YAML file") from None

@@ -10,11 +10,11 @@ import math
 import re
 from typing import Any
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 
-class UsageError(CasuError, ValueError):
-    """A bad argument or path; the message names the flag (the CLI's exit code 2)."""
+class UsageError(InputError, ValueError):
+    """A bad argument or path; the message names the flag."""
 
 
 # --batch_size auto: on CPU (or an API adapter) there is no memory to probe, so a fixed size;
@@ -199,7 +199,7 @@ def parse_hub_log_args(text: str | dict | None) -> dict:
 
         try:
             hub.check_repo_id(results_repo(out) or "", "--hf_hub_log_args")
-        except hub.HubError as err:
+        except hub.PushError as err:
             raise ValueError(str(err)) from None
     return out
 

@@ -74,9 +74,9 @@ def check_paths(output_path: str | None, cache: str | None) -> None:
 def output_target(path: str, what: str, kind: str) -> Path:
     """The real place an output path names (casu_dataset.core.paths.output_target): a symlink loop,
     a link to nothing, or a FIFO or device in its place is a UsageError naming it and its target."""
-    from casu_dataset.core.paths import PathProblem, output_target
+    from casu_dataset.core.paths import PathError, output_target
 
     try:
         return output_target(path, what, kind)
-    except PathProblem as err:
+    except PathError as err:
         raise UsageError(str(err)) from None

@@ -8,20 +8,22 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from casu_dataset.core.content_key import content_key
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError, ModelError
 from casu_dataset.core.redact import protect_url
 
 
-class AdapterError(CasuError, RuntimeError):
-    """A model cannot be loaded or run; the message names the model and what to do."""
+class AdapterError(ModelError, RuntimeError):
+    """A model cannot be loaded or run; the message names the model and what to do. The runner
+    stops the run on it (any other error of a request is a failed sample)."""
 
-    exit_code = 3
+
+class ModelArgsError(InputError, ValueError):
+    """A --model_args value of the wrong type or out of range, a key the adapter does not take, or
+    a replay responses file that cannot be read or lacks an id; the runner stops on it too."""
 
 
-class ModelArgsError(AdapterError, ValueError):
-    """A --model_args value of the wrong type or out of range, or a key the adapter does not take."""
-
-    exit_code = 2
+#: What stops a run at once, where any other error of a request is one failed sample.
+STOPS_RUN = (AdapterError, ModelArgsError)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from casu_dataset.core.errors import CasuError
 from model_adapters.base import Adapter, AdapterError, GenerationSettings, ModelArgsError, Request
 
 
@@ -42,13 +41,6 @@ def wav16_b64(audio: np.ndarray, sr: int) -> str:
     buf = io.BytesIO()
     sf.write(buf, np.clip(audio, -1, 1), sr, format="WAV", subtype="PCM_16")
     return base64.b64encode(buf.getvalue()).decode()
-
-
-class RequestFailed(CasuError, RuntimeError):
-    """One request failed after its retries (not an AdapterError: the harness records the
-    sample as failed, does not cache it, and goes on)."""
-
-    exit_code = 3
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -156,7 +148,9 @@ class OpenAIAudio(Adapter):
             )
         except BackendError as err:
             if err.transient:  # this request failed; the server works: a failed sample, the run goes on
-                raise RequestFailed(f"openai-audio: {_sample(req)}{err}") from None
+                # not an AdapterError: the harness records the sample as failed, does not cache it,
+                # and goes on
+                raise BackendError(f"openai-audio: {_sample(req)}{err}", transient=True) from None
             raise AdapterError(f"openai-audio: {err}") from None  # a refused key or model stops the run
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> list[str]:

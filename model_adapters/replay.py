@@ -18,56 +18,54 @@ import numpy as np
 from model_adapters.base import Adapter, GenerationSettings, ModelArgsError, Request
 
 
-class ReplayError(ModelArgsError):
-    """A responses file that cannot be read, or that lacks a requested id (exit 2: bad input)."""
-
-
 def read_responses(path: str | Path) -> tuple[dict[str, dict], str]:
     """{id: {"response": text, "task": name or None}} of a responses JSONL file, and the sha256 of
-    its bytes. ReplayError names the file and line of anything wrong (not JSON, no `id`, a
+    its bytes. ModelArgsError names the file and line of anything wrong (not JSON, no `id`, a
     non-string `response`, an id given twice)."""
     p = Path(path).expanduser()
     try:
         blob = p.read_bytes()
     except OSError as err:
-        raise ReplayError(f"--model_args responses={path}: cannot read it ({err.strerror})") from None
+        raise ModelArgsError(f"--model_args responses={path}: cannot read it ({err.strerror})") from None
     out: dict[str, dict] = {}
     try:
         text = blob.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ReplayError(f"{path}: not UTF-8 text (byte {err.start})") from None
+        raise ModelArgsError(f"{path}: not UTF-8 text (byte {err.start})") from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except ValueError as err:
-            raise ReplayError(f"{path}:{n}: not a JSON object ({err})") from None
+            raise ModelArgsError(f"{path}:{n}: not a JSON object ({err})") from None
         if not isinstance(obj, dict):
-            raise ReplayError(f"{path}:{n}: expected a JSON object with 'id' and 'response'")
+            raise ModelArgsError(f"{path}:{n}: expected a JSON object with 'id' and 'response'")
         rid, resp, task = obj.get("id"), obj.get("response"), obj.get("task")
         if not isinstance(rid, str) or not rid:
-            raise ReplayError(f"{path}:{n}: field 'id' must be a non-empty string, got {rid!r}")
+            raise ModelArgsError(f"{path}:{n}: field 'id' must be a non-empty string, got {rid!r}")
         if not isinstance(resp, str):
-            raise ReplayError(f"{path}:{n}: field 'response' of id {rid!r} must be a string, got {resp!r}")
+            raise ModelArgsError(f"{path}:{n}: field 'response' of id {rid!r} must be a string, got {resp!r}")
         if task is not None and not isinstance(task, str):
-            raise ReplayError(f"{path}:{n}: field 'task' of id {rid!r} must be a string, got {task!r}")
+            raise ModelArgsError(f"{path}:{n}: field 'task' of id {rid!r} must be a string, got {task!r}")
         if rid in out:
-            raise ReplayError(f"{path}:{n}: id {rid!r} is given twice")
+            raise ModelArgsError(f"{path}:{n}: id {rid!r} is given twice")
         out[rid] = {"response": resp, "task": task}
     if not out:
-        raise ReplayError(f"{path}: no responses in it (one JSON object per line: id, response)")
+        raise ModelArgsError(f"{path}: no responses in it (one JSON object per line: id, response)")
     return out, hashlib.sha256(blob).hexdigest()
 
 
 def lookup(responses: dict[str, dict], path: str | Path, rid: str, task: str = "") -> str:
-    """The reply recorded for `rid`; ReplayError naming the file and the id when it has none (or
+    """The reply recorded for `rid`; ModelArgsError naming the file and the id when it has none (or
     when the line names another task)."""
     hit = responses.get(rid)
     if hit is None:
-        raise ReplayError(f"{path}: no response for id {rid!r}" + (f" (task {task})" if task else ""))
+        raise ModelArgsError(f"{path}: no response for id {rid!r}" + (f" (task {task})" if task else ""))
     if task and hit["task"] and hit["task"] != task:
-        raise ReplayError(f"{path}: id {rid!r} is recorded for task {hit['task']!r}, asked by task {task!r}")
+        raise ModelArgsError(
+            f"{path}: id {rid!r} is recorded for task {hit['task']!r}, asked by task {task!r}"
+        )
     return hit["response"]
 
 

@@ -11,8 +11,9 @@ import tiny_models as tiny
 from conftest import transformers_serve
 from helpers import harness_cli
 
+from casu_dataset.core.llm.backends import BackendError
 from model_adapters import AdapterError, GenerationSettings, Request, make_adapter
-from model_adapters.openai_audio import RequestFailed
+from model_adapters.base import STOPS_RUN, ModelArgsError
 
 FAMILIES = {
     "qwen2-audio": tiny.build_qwen2_audio,
@@ -85,7 +86,7 @@ def test_missing_weights_and_unknown_names_fail_clearly(tmp_path):
         a.generate(_requests()[:1], SETTINGS)
     with pytest.raises(AdapterError, match="unknown model.*qwen2-audio"):
         make_adapter("qwen9-audio")
-    with pytest.raises(AdapterError, match="bad --model_args"):
+    with pytest.raises(ModelArgsError, match="bad --model_args"):  # bad input (exit 2); stops a run too
         make_adapter("random", {"colour": "red"})
     with pytest.raises(AdapterError, match="dtype='float8'"):
         make_adapter("qwen2-audio", {"pretrained": str(tmp_path), "dtype": "float8"}).generate(
@@ -190,8 +191,9 @@ def test_openai_audio_request_shape_and_key(monkeypatch):
     assert part["type"] == "input_audio" and part["input_audio"]["format"] == "wav"
     assert "sk-very-secret" not in repr(a.api)
     # no server there: this request fails (a failed sample, the run goes on), named, without the key
-    with pytest.raises(RequestFailed) as err:
+    with pytest.raises(BackendError) as err:
         a.generate([Request(prompt="x")], SETTINGS)
+    assert err.value.transient and not isinstance(err.value, STOPS_RUN)
     assert "sk-very-secret" not in str(err.value) and "gave up" in str(err.value)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from casu_dataset.dataset.build import CONFIGS, BuildError, build_dataset, merge_folders
+from casu_dataset.core.errors import BuildError
+from casu_dataset.dataset.build import CONFIGS, build_dataset, merge_folders
 from casu_dataset.dataset.config import BuildConfig, ConfigError
 from casu_dataset.dataset.publish import plan_push, push
 from casu_dataset.legacy.library import DEFAULT_DIR, compile_library

@@ -96,12 +96,12 @@ def test_annotation_reader_spans_and_version():
 
 
 def test_one_repo_id_check_for_dataset_and_results_push():
-    from casu_dataset.core.hub import HubError, check_repo_id
-    from harness.output.hub import PushError, plan_push
+    from casu_dataset.core.hub import PushError, check_repo_id
+    from harness.output.hub import plan_push
 
     assert check_repo_id("casu-org/casu-mini.v2") == "casu-org/casu-mini.v2"
     for bad in ("noslash", "a/b/c", "org/na me", "org/-x", "org/a--b", "/x"):
-        with pytest.raises(HubError, match="ORG/NAME"):
+        with pytest.raises(PushError, match="ORG/NAME"):
             check_repo_id(bad)
     with pytest.raises(PushError, match="--repo 'org/a--b'"):  # the harness's push uses the same check
         plan_push("unused", "org/a--b")

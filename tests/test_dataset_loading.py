@@ -72,23 +72,23 @@ def test_load_family_fields(tmp_path, session_cache):
 
 def test_load_named_errors(casu_small, tmp_path):
     from casu_dataset.formats.loading import (
-        ConfigNotFound,
-        DatasetNotFound,
+        ConfigNotFoundError,
         LoadError,
         UnknownTaskError,
     )
 
-    with pytest.raises(DatasetNotFound, match="no_such_folder"):
+    with pytest.raises(LoadError, match="no_such_folder") as e:
         casu_dataset.load(tmp_path / "no_such_folder", "contextual_reasoning")
+    assert not isinstance(e.value, ConfigNotFoundError)  # no dataset at all: not a config to skip
     with pytest.raises(UnknownTaskError, match="'nope'.*contextual_reasoning"):
         casu_dataset.load(casu_small, "nope")
-    with pytest.raises(ConfigNotFound, match="split 'train'"):
+    with pytest.raises(ConfigNotFoundError, match="split 'train'"):
         casu_dataset.load(casu_small, "contextual_reasoning", split="train")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ConfigNotFound, match="role_inference"):
+    with pytest.raises(ConfigNotFoundError, match="role_inference"):
         casu_dataset.load(empty, "role_inference")
-    assert issubclass(ConfigNotFound, LoadError) and issubclass(LoadError, ValueError)
+    assert issubclass(ConfigNotFoundError, LoadError) and issubclass(LoadError, ValueError)
 
 
 def test_a_build_record_whose_identity_was_rewritten_is_refused_by_every_reader(casu_small, tmp_path):

@@ -169,7 +169,7 @@ def test_a_type_with_one_recording_is_a_named_error_or_a_counted_skip(casu_small
     (naming family, layer and type) before anything is built; with --max-skips it builds the other
     families and reports that one as skipped, never reusing realization 1's recording."""
     from casu_dataset.api import build
-    from casu_dataset.dataset.build import BuildError
+    from casu_dataset.core.errors import BuildError
     from casu_dataset.dataset.config import BuildConfig
 
     lib, one, key = _one_recording_library(tmp_path)
@@ -206,7 +206,7 @@ def test_realization2_lock_records_skipped_families(tmp_path, session_cache):
     lock2 = read_lock(lock_path(lib, 2))
     assert rel.lock["mode"] == "written" and len(lock2.scenes) == 4 and len(lock2.skipped) == 4
     assert {s.split(".")[0] for s in lock2.skipped} == {"hs_dinner_who_gets_it"}
-    assert all("OtherRecordingsError" in r and f"bank type {one!r}" in r for r in lock2.skipped.values())
+    assert all("SecondRealizationError" in r and f"bank type {one!r}" in r for r in lock2.skipped.values())
     fol = _build(tmp_path / "o3", lib, tmp_path / "cold", lock=lock2, reference=r1_lock)
     assert fol.realization_summary()["reproduced"] == 4
     assert len(fol.skipped) == 4 and all("skipped as the lock records" in s["reason"] for s in fol.skipped)

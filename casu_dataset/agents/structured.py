@@ -13,15 +13,15 @@ import re
 
 from pydantic import BaseModel, ValidationError
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import ModelError
 
 REFUSAL = re.compile(
     r"\b(i can(?:no|')t|i am unable|i'm unable|i won't|as an ai|i'm sorry, but|i am sorry, but)\b", re.I
 )
 
 
-class StructuredOutputError(CasuError, ValueError):
-    exit_code = 3
+class StructuredOutputError(ModelError, ValueError):
+    # caught by name: the agents retry, skip or report an agent that gave no valid output
 
     def __init__(self, what: str, attempts: list[str]):
         super().__init__(f"{what}: no valid output after {len(attempts)} attempts: " + " | ".join(attempts))

@@ -29,8 +29,8 @@ EXIT_CODES = """exit codes:
   1  the work failed: a build or merge failed, a composed scene was skipped,
      regenerate --check found a different mixture, validity found a violation
   2  bad input: a flag, a file or a folder (the message names which and why)
-  3  generate: the LLM server refused the requests (401, 403, 404) or kept failing; replies
-     already received stay cached, so re-running resumes
+  3  a model: generate's LLM server refused the requests (401, 403, 404) or kept failing (replies
+     already received stay cached, so re-running resumes), or a local LLM (SmolLM2) cannot load
   5  push: the Hub could not be reached (offline, HF_HUB_OFFLINE=1, no route) or refused the upload
      (token, permissions); one line says which. Re-running resumes: files already committed are skipped
   6  a resource ran out: no space left, a file size limit, too long a path, no permission, no memory

@@ -26,7 +26,7 @@ def run(args) -> int:
     from casu_dataset.dataset.publish import plan_push, push
 
     private = not args.public
-    check_repo_id(args.repo)  # a dry run checks what the real push would: HubError naming --repo
+    check_repo_id(args.repo)  # a dry run checks what the real push would: PushError naming --repo
     files = plan_push(args.folder)
     if args.dry_run:
         print(

@@ -16,12 +16,12 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 SAMPLE_RATE = 16000
 
 
-class AudioError(CasuError, ValueError):
+class AudioError(InputError, ValueError):
     """An audio source that cannot be used; the message names the file."""
 
 

@@ -1,21 +1,52 @@
-"""The one base class of every error CASU raises on purpose.
+"""The errors CASU raises on purpose: one root and one base per meaning, each with its exit code.
 
 Entry points catch `CasuError` alone, print its message in one line and exit with its
-`exit_code`; anything else is a bug and keeps its traceback.
+`exit_code`; anything else is a bug and keeps its traceback. Nothing raises `CasuError` itself:
+every error class derives from exactly one of the five bases below, which alone set `exit_code`
+(tests/test_errors.py checks both), so an error's exit code follows from what it means:
+
+    InputError     2  bad input: a flag, a config, a file or a folder (argparse's usage code)
+    RunError       1  a step of a valid run failed (a build, a mix check, the second realization)
+    ModelError     3  a model, an adapter, an LLM backend or its reply
+    HubError       5  the Hugging Face Hub could not be reached or refused
+    ResourceError  6  a resource ran out (a full disk, a size limit, memory)
+
+A subclass of a base exists only where some caller catches it by name or its message differs in
+kind; `FieldError` is the message mechanism a class combines with its base
+(`class ConfigError(InputError, FieldError, ValueError)`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 
 class CasuError(Exception):
-    """An expected failure with a message meant for the user (it names the file, field or flag)."""
+    """An expected failure with a message meant for the user (it names the file, field or flag).
+    The root that entry points catch; raise one of the five bases below (or a subclass)."""
 
-    #: 2 = bad input or configuration (the usage-error code of argparse and of most CLIs);
-    #: subclasses for runtime failures (a model, a server) use 1.
-    exit_code: int = 2
+    #: Set by the base of the error's meaning (InputError, RunError, ModelError, HubError,
+    #: ResourceError), never by a subclass.
+    exit_code: int
+
+
+class InputError(CasuError):
+    """Bad input: a flag, a config, a file or a folder; the message names which and why."""
+
+    exit_code = 2  # the usage-error code of argparse and of most CLIs
+
+
+class RunError(CasuError):
+    """A step of a valid run failed (a build, a merge, a mix check, the second realization)."""
+
+    exit_code = 1
+
+
+class ModelError(CasuError):
+    """A model, an adapter or an LLM backend cannot be loaded or run, or its reply is unusable."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -30,9 +61,10 @@ class Field:
 
 
 class FieldError(CasuError):
-    """A CasuError whose message is made of text and Fields, so each caller names a field its
-    own way: `str()` uses the field names (the Python API), a command its flags (`render`).
-    Library code raises these instead of naming a flag it cannot know was typed."""
+    """A message made of text and Fields, so each caller names a field its own way: `str()` uses
+    the field names (the Python API), a command its flags (`render`). Library code raises these
+    instead of naming a flag it cannot know was typed. It sets no exit code: a class combines it
+    with the base of its meaning, base first (`class BuildError(RunError, FieldError)`)."""
 
     def __init__(self, *parts: str | Field):
         self.parts = parts
@@ -43,10 +75,28 @@ class FieldError(CasuError):
         return "".join(name(p) if isinstance(p, Field) else p for p in self.parts)
 
 
-class LoadError(CasuError, ValueError):
-    """A built dataset that cannot be read as asked; the message names the folder or repo, the
-    config, the file or the field (from the harness, it starts with `--dataset`). Here, not in
-    formats/reader.py, so that contract.UnknownTaskError can be one too."""
+class HubError(FieldError):
+    """The Hugging Face Hub could not be reached (offline, no route) or refused (token,
+    permissions); the message names the flag (a Field, as the commands show it), the repo and why.
+    (A bad repo id or folder, before anything is sent, is core.hub.PushError: bad input.)"""
+
+    exit_code = 5
+
+
+class LoadError(InputError, ValueError):
+    """A built dataset that cannot be read as asked (also: no dataset at that path); the message
+    names the folder or repo, the config, the file or the field (from the harness, it starts with
+    `--dataset`). Here, not in formats/reader.py, so that contract.UnknownTaskError can be one too."""
+
+
+class BuildError(RunError, FieldError, RuntimeError):
+    """A build, a merge or a contrast family's variant that failed (the message names the flag, the
+    folder or the family and variant). Here, not in dataset/build.py, because families/ (a lower
+    stage) raises it too; a build reports a failed family as skipped and goes on."""
+
+    # What was built and skipped (a dataset.build.BuildReport), when the refusal follows a build;
+    # typed Any because core imports no higher stage.
+    report: Any = None
 
 
 # -- resources: a full disk, a file size limit, too long a name, no permission, no memory ---------

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from casu_dataset.core import atomic
-from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.errors import Field, FieldError, HubError, InputError
 
 # ORG/NAME as the Hub accepts it: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 chars.
 # push()'s arguments, named in its errors (the push command shows --repo and --folder).
@@ -19,22 +19,17 @@ REPO, FOLDER = Field("repo"), Field("folder")
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
 
 
-class HubError(FieldError, ValueError):
-    """A bad repo id, or an upload that failed (the message names the flag and the reason)."""
-
-
-class HubUploadError(HubError):
-    """The Hub could not be reached (offline, no route) or refused the upload."""
-
-    exit_code = 5
+class PushError(InputError, FieldError, ValueError):
+    """A push that cannot start: a bad repo id, folder, run or setting; the message names the flag.
+    Where the Hub could not be reached or refused the upload, a HubError (core.errors) says why."""
 
 
 def check_repo_id(repo: str | None, flag: str | Field = REPO) -> str:
-    """`repo` when it is ORG/NAME, else HubError naming `flag` (also for a missing repo: None):
+    """`repo` when it is ORG/NAME, else PushError naming `flag` (also for a missing repo: None):
     the field REPO, which the push command shows as its flag, or a caller's own flag text."""
     parts = repo.split("/") if isinstance(repo, str) else []
     if not isinstance(repo, str) or len(parts) != 2 or not all(_REPO_PART.match(p) for p in parts):
-        raise HubError(flag, f" {repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
+        raise PushError(flag, f" {repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
     return repo
 
 
@@ -109,7 +104,7 @@ def hub_timeout() -> float:
     except ValueError:
         t = -1.0
     if not t > 0 or t == float("inf"):
-        raise HubError(f"{HUB_TIMEOUT_ENV}={raw!r}: give a number of seconds > 0")
+        raise PushError(f"{HUB_TIMEOUT_ENV}={raw!r}: give a number of seconds > 0")
     return t
 
 
@@ -182,10 +177,10 @@ def can_gate() -> bool:
     return fn is not None and "gated" in inspect.signature(fn).parameters
 
 
-def _upload_error(err: BaseException, flag: str | Field, repo: str, token: str | None) -> HubUploadError:
+def _upload_error(err: BaseException, flag: str | Field, repo: str, token: str | None) -> HubError:
     from casu_dataset.core.redact import redact
 
-    if isinstance(err, HubUploadError):
+    if isinstance(err, HubError):
         return err
     offline = (
         "; HF_HUB_OFFLINE=1 is set (offline): unset it to upload"
@@ -201,7 +196,7 @@ def _upload_error(err: BaseException, flag: str | Field, repo: str, token: str |
         ]
     # an HTTP error's first line says why; a card the Hub refused lists its errors on the next lines
     what = " ".join(lines) if isinstance(err, ValueError) else (lines[0] if lines else "")
-    return HubUploadError(
+    return HubError(
         flag, redact(f" {repo}: upload failed ({type(err).__name__}: {what}){offline}", [token or ""])
     )
 
@@ -276,10 +271,10 @@ def upload_files(
 
     huggingface_hub's upload_folder, restricted to those paths: with hf_xet installed it commits a
     large folder in several batches (adaptive, from about 250 files a commit) and a re-run resumes,
-    skipping the files already committed; a failure is one HubUploadError line."""
+    skipping the files already committed; a failure is one HubError line."""
     check_repo_id(repo)
     if not files:
-        raise HubError(FOLDER, f" {folder}: nothing to upload")
+        raise PushError(FOLDER, f" {folder}: nothing to upload")
     hub_timeout()
     try:
         api = _api(api, token)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 
 def _real(p) -> Path:
@@ -61,8 +61,8 @@ def describe(clash: tuple[str, object, str, str, object]) -> str:
 MAX_TEXT_BYTES = 1 << 20
 
 
-class PathProblem(CasuError, ValueError):
-    """A path a command cannot use (exit 2): the message starts with what names it (a flag, a field,
+class PathError(InputError, ValueError):
+    """A path a command cannot use: the message starts with what names it (a flag, a field,
     a file) and says what the path is instead."""
 
 
@@ -94,20 +94,20 @@ def _is_loop(err: BaseException) -> bool:
 
 def real_path(path, what: str) -> Path:
     """`path` with every symlink resolved, the target allowed not to exist yet (an output); a symlink
-    loop anywhere on it is named (PathProblem)."""
+    loop anywhere on it is named (PathError)."""
     try:
         return Path(path).expanduser().resolve(strict=False)
     except (OSError, RuntimeError) as err:
         if _is_loop(err):
-            raise PathProblem(f"{what}: a symbolic link loop (a link that leads back to itself)") from None
-        raise PathProblem(f"{what}: cannot resolve it ({getattr(err, 'strerror', None) or err})") from None
+            raise PathError(f"{what}: a symbolic link loop (a link that leads back to itself)") from None
+        raise PathError(f"{what}: cannot resolve it ({getattr(err, 'strerror', None) or err})") from None
 
 
 def input_path(path, what: str, kind: str = "file") -> Path:
     """The real path of something a command reads: symlinks resolved, and it must exist and be a
     regular file (kind "file"), a folder ("folder") or either ("any"); a FIFO, a device or a socket
     (which would block the read or never end), a symlink loop and a dangling link are each named in
-    one line starting with `what` (PathProblem: exit 2). Returns the resolved path."""
+    one line starting with `what` (PathError: exit 2). Returns the resolved path."""
     import os
 
     p = Path(path).expanduser()
@@ -116,18 +116,18 @@ def input_path(path, what: str, kind: str = "file") -> Path:
         st = os.stat(real)
     except FileNotFoundError:
         if os.path.islink(p):
-            raise PathProblem(f"{what}: a symbolic link to {os.readlink(p)}, which does not exist") from None
-        raise PathProblem(f"{what}: no such {'folder' if kind == 'folder' else 'file'}") from None
+            raise PathError(f"{what}: a symbolic link to {os.readlink(p)}, which does not exist") from None
+        raise PathError(f"{what}: no such {'folder' if kind == 'folder' else 'file'}") from None
     except OSError as err:
         if _is_loop(err):
-            raise PathProblem(f"{what}: a symbolic link loop (a link that leads back to itself)") from None
-        raise PathProblem(f"{what}: cannot read it ({err.strerror})") from None
+            raise PathError(f"{what}: a symbolic link loop (a link that leads back to itself)") from None
+        raise PathError(f"{what}: cannot read it ({err.strerror})") from None
     found = _kind(st.st_mode)
     wanted = {"file": ("a file",), "folder": ("a folder",), "any": ("a file", "a folder")}[kind]
     if found not in wanted:
         link = f" (a link to {real})" if real != p.absolute() else ""
         need = {"file": "a regular file", "folder": "a folder", "any": "a regular file or a folder"}[kind]
-        raise PathProblem(f"{what}: is {found}{link}, not {need}")
+        raise PathError(f"{what}: is {found}{link}, not {need}")
     return real
 
 
@@ -143,10 +143,10 @@ def read_text(path, what: str, limit: int | None = MAX_TEXT_BYTES) -> str:
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(f.fileno()).st_mode
         if not stat.S_ISREG(mode):
-            raise PathProblem(f"{what}: is {_kind(mode)}, not a regular file")
+            raise PathError(f"{what}: is {_kind(mode)}, not a regular file")
         blob = f.read(-1 if limit is None else limit + 1)
     if limit is not None and len(blob) > limit:
-        raise PathProblem(
+        raise PathError(
             f"{what}: larger than {limit // (1 << 20) or 1} MiB; a configuration or task file is small "
             "text (is this the right file?)"
         )
@@ -155,7 +155,7 @@ def read_text(path, what: str, limit: int | None = MAX_TEXT_BYTES) -> str:
 
 def output_target(path, what: str, kind: str | None = None) -> Path:
     """The real place an output path names: symlinks resolved; a symlink loop, or a link to a target
-    that does not exist (where would the files go?), is named with the target (PathProblem); with
+    that does not exist (where would the files go?), is named with the target (PathError); with
     `kind` ("file" or "folder"), something else already there (a FIFO, a device, a file for a
     folder) is named too."""
     import os
@@ -163,7 +163,7 @@ def output_target(path, what: str, kind: str | None = None) -> Path:
     p = Path(path).expanduser()
     real = real_path(p, what)
     if os.path.islink(p) and not os.path.exists(p):
-        raise PathProblem(
+        raise PathError(
             f"{what}: a symbolic link to {os.readlink(p)}, which does not exist; create it, or give the "
             "real path"
         )
@@ -171,5 +171,5 @@ def output_target(path, what: str, kind: str | None = None) -> Path:
         found = _kind(os.stat(real).st_mode)
         if found != f"a {kind}":
             link = f" (a link to {real})" if real != p.absolute() else ""
-            raise PathProblem(f"{what}: is {found}{link}, not a {'regular file' if kind == 'file' else kind}")
+            raise PathError(f"{what}: is {found}{link}, not a {'regular file' if kind == 'file' else kind}")
     return real

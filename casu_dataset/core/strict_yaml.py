@@ -9,13 +9,13 @@ from pathlib import Path
 
 import yaml
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 SUFFIXES = (".yaml", ".yml")
 LIBRARY_FILE_LIMIT = 256 << 20  # a family/scenario file; shipped ones are ~100 KB
 
 
-class DuplicateKeyError(CasuError, yaml.constructor.ConstructorError):
+class DuplicateKeyError(InputError, yaml.constructor.ConstructorError):
     """A mapping names one key twice; a yaml.YAMLError too, so every reader's YAML error path names
     it with its file."""
 
@@ -60,7 +60,7 @@ if getattr(yaml, "__with_libyaml__", False):
     _FastLoader = _StrictCLoader
 
 
-class TooLargeError(CasuError, yaml.YAMLError):
+class TooLargeError(InputError, yaml.YAMLError):
     """A document whose aliases expand to more values than the reader allows (an alias bomb)."""
 
 

@@ -43,7 +43,7 @@ from casu_dataset.contract import (
     mcq_configs,
 )
 from casu_dataset.core import atomic, cache_layout
-from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.errors import BuildError, Field
 from casu_dataset.core.parquet_files import PARQUET_OPTIONS, row_groups
 from casu_dataset.dataset.card import (
     DATASET_VERSION,
@@ -72,13 +72,6 @@ def __getattr__(name):
     if name == "CONFIGS":
         return dataset_configs()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class BuildError(FieldError, RuntimeError):
-    """A build that must not write its folder (no scene built, too many skipped)."""
-
-    exit_code = 1
-    report: BuildReport | None = None  # what was built and skipped, when the refusal follows a build
 
 
 def features(config: str):

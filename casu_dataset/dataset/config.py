@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.errors import Field, FieldError, InputError
 
 #: `scenarios` names of the shipped libraries (anything else is a folder or file path).
 LIBRARIES = ("default", "v2", "v1")
@@ -21,7 +21,7 @@ LOCK_MODES = ("follow", "relock", "ignore")
 REALIZATIONS = (1, 2)
 
 
-class ConfigError(FieldError, ValueError):
+class ConfigError(InputError, FieldError, ValueError):
     """A BuildConfig value (or what it points to) that cannot be built; its message names the
     field (`str()`), or the CLI's flag (`render`)."""
 

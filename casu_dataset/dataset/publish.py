@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from casu_dataset.core.hub import FOLDER, HubError, upload_files
+from casu_dataset.core.hub import FOLDER, PushError, upload_files
 from casu_dataset.formats.build_manifest import MANIFEST, MixedFolderError, verify
 
 
@@ -30,13 +30,13 @@ def _links(root: Path) -> list[str]:
 
 def plan_push(folder: str | Path) -> list[str]:
     """The exact files (paths relative to `folder`, sorted) that `push` sends: the build record's
-    files and the record. HubError naming `--folder` when the folder is not one verified build."""
+    files and the record. PushError naming `--folder` when the folder is not one verified build."""
     given = Path(folder).expanduser()
     if not given.is_dir():
-        raise HubError(FOLDER, f" {folder}: not a dataset folder (no such folder)")
+        raise PushError(FOLDER, f" {folder}: not a dataset folder (no such folder)")
     root = given.resolve()  # a link to a build folder is that folder
     if not (root / MANIFEST).is_file():
-        raise HubError(
+        raise PushError(
             FOLDER,
             f" {folder}: not a dataset folder (no {MANIFEST} build record: push sends the files a "
             "build wrote, and only them)",
@@ -44,15 +44,15 @@ def plan_push(folder: str | Path) -> list[str]:
     links = _links(root)
     if links:
         shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
-        raise HubError(FOLDER, f" {folder}: holds symlinks ({shown}); push follows none: remove them")
+        raise PushError(FOLDER, f" {folder}: holds symlinks ({shown}); push follows none: remove them")
     try:
         record = verify(root, full=True)  # every file's size and sha256; no stray visible file
     except MixedFolderError as err:
-        raise HubError(FOLDER, f" {folder}: {err}") from None
+        raise PushError(FOLDER, f" {folder}: {err}") from None
     assert record is not None  # the record file exists (checked above); verify read it
     card = root / "README.md"
     if "README.md" not in record["files"] or not card.read_text(encoding="utf-8", errors="replace").strip():
-        raise HubError(
+        raise PushError(
             FOLDER, f" {folder}: the dataset card README.md is missing or empty; rebuild the folder"
         )
     return sorted([*record["files"], MANIFEST])

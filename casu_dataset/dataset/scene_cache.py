@@ -284,10 +284,10 @@ def build_unit_other_recordings(
     def named(scene, fn, *args):
         try:
             return fn(*args)
-        except other_recordings.OtherRecordingsError:
+        except other_recordings.SecondRealizationError:
             raise
         except Exception as err:  # a failed mix check, an unreadable clip: named with the scene
-            raise other_recordings.OtherRecordingsError(
+            raise other_recordings.SecondRealizationError(
                 f"{other_recordings.where(scene)}: realization 2: {type(err).__name__}: {err}"
             ) from err
 

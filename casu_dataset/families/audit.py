@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.errors import Field, FieldError, InputError
 from casu_dataset.families.compile import FamilyScene, families_of
 
 READER_VIEWS = """You are an honest reader for a listening-comprehension benchmark. \
@@ -59,7 +59,7 @@ Write one JSON object per line, for every item, to answers_<packet name>.jsonl b
 """
 
 
-class AuditError(FieldError, ValueError):
+class AuditError(InputError, FieldError, ValueError):
     """A packet folder or answers file that cannot be scored; the message names the file and line."""
 
 

@@ -32,8 +32,8 @@ _ID = re.compile(r"^[a-z0-9_]+$")
 
 class FamilyError(LibraryError):
     """A family that breaks the format or an invariant; the message names file, family, field.
-    Bad input (exit_code 2: fix the family file), where shared_timeline.FamilyBuildError is a valid
-    family one of whose variants failed while it was built (exit_code 1)."""
+    Bad input (exit code 2: fix the family file), where a BuildError is a valid family one of
+    whose variants failed while it was built (exit code 1)."""
 
 
 class _Strict(BaseModel):

@@ -12,17 +12,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import BuildError
 from casu_dataset.families.compile import FamilyScene
 from casu_dataset.script.schema import SceneScript
-
-
-class FamilyBuildError(CasuError, RuntimeError):
-    """A variant that could not be built; the message names the family, the variant and the cause.
-    A failure while building a valid family (exit_code 1; a build reports the family as skipped and
-    goes on), where compile.FamilyError is a family file that breaks the format (exit_code 2)."""
-
-    exit_code = 1
 
 
 def turn_reserve(variants: list, builder, seed: int) -> list[float] | None:
@@ -63,7 +55,9 @@ def build_family(
         except Exception as err:
             # A new exception naming the variant: re-raising `type(err)(msg)` breaks on
             # exception classes whose constructor takes other arguments.
-            raise FamilyBuildError(
+            # A BuildError naming the variant (a build reports the family as skipped and goes on),
+            # where compile.FamilyError is a family file that breaks the format (bad input).
+            raise BuildError(
                 f"family {first.family_id}: variant {v.variant}: {type(err).__name__}: {err}"
             ) from err
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 from casu_dataset.core.audio_io import file_sha256
 from casu_dataset.core.content_key import content_key
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 MANIFEST = "casu_build.json"
 MANIFEST_FORMAT = "casu-build"
 MANIFEST_VERSION = 1
 
 
-class MixedFolderError(CasuError, ValueError):
+class MixedFolderError(InputError, ValueError):
     """A dataset folder holding files of more than one build; the message names the file."""
 
 

@@ -27,16 +27,14 @@ from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.formats.reader import (
     ALL_CONFIG,
     BuiltDataset,
-    ConfigNotFound,
-    DatasetNotFound,
+    ConfigNotFoundError,
     LoadError,
     Row,
 )
 
 __all__ = [
     "ALL_CONFIG",
-    "ConfigNotFound",
-    "DatasetNotFound",
+    "ConfigNotFoundError",
     "LoadError",
     "Row",
     "UnknownTaskError",
@@ -154,8 +152,8 @@ def decode_audio(batch: Mapping) -> dict:
 
 def load(path_or_repo: str | Path, task: str = ALL_CONFIG, split: str = "test") -> list[Row]:
     """The rows of one task (a task name, or `all` for every multiple-choice question) of a built
-    CASU dataset: a local folder or a Hub dataset id. Raises DatasetNotFound, ConfigNotFound,
-    UnknownTaskError (all LoadError)."""
+    CASU dataset: a local folder or a Hub dataset id. Raises LoadError (ConfigNotFoundError for
+    a config or split the dataset lacks, UnknownTaskError for a task name no task has)."""
     if task == SCENES_CONFIG:
         raise UnknownTaskError(
             f"{task!r} holds whole scenes, not task items: read it with datasets.load_dataset"

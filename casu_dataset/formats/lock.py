@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from casu_dataset.core.audio_io import array_sha256
-from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.errors import Field, FieldError, InputError
 from casu_dataset.core.parquet_files import describe_read_error, read_parquet
 
 LOCK_FORMAT = "casu-realization-lock"
@@ -43,7 +43,7 @@ DRIFT_LIMITS = {"turn_samples": 800, "stem_lu": 0.5}
 LOCKED_SETTINGS = ("seed", "alpha", "embedding_model", "catalog_fingerprint", "dataset_version", "mix_config")
 
 
-class LockError(FieldError, ValueError):
+class LockError(InputError, FieldError, ValueError):
     """A lock that cannot be followed: stale, for other settings, unreadable, or a drift beyond
     DRIFT_LIMITS. The message names the lock file and what differs, and the BuildConfig lock
     mode that gets past it (the CLI shows its flag)."""

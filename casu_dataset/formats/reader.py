@@ -42,14 +42,9 @@ if TYPE_CHECKING:  # annotations only: pyarrow is imported where a table is read
 ALL_CONFIG = "all"  # every multiple-choice question together (the card's default config)
 
 
-class DatasetNotFound(LoadError, FileNotFoundError):
-    """No dataset at that path: nothing to read at all (build one there, or give another path),
-    where ConfigNotFound is a dataset that exists but lacks the config or split asked for."""
-
-
-class ConfigNotFound(LoadError):
-    """The dataset exists but has no such config or split (a caller may skip it, as the review
-    page does for a config a folder lacks), where DatasetNotFound is no dataset at all."""
+class ConfigNotFoundError(LoadError):
+    """The dataset exists but has no such config or split: a caller may skip it, as the review
+    page does for a config a folder lacks (no dataset at that path is a plain LoadError)."""
 
 
 def is_local(source: str | Path) -> bool:
@@ -323,7 +318,7 @@ class BuiltDataset:
                 f"{self.source}: a Hub repo id, not a dataset folder (this reads a local folder only)"
             )
         if not self.root.is_dir():
-            raise DatasetNotFound(
+            raise LoadError(
                 f"{self.source}: no such folder (build one with `python -m casu_dataset "
                 f"build --out {self.source}`)"
             )
@@ -401,7 +396,7 @@ class BuiltDataset:
         if config in card:
             globs = card[config].get(split)
             if globs is None:
-                raise ConfigNotFound(
+                raise ConfigNotFoundError(
                     f"{self.source}: config {config!r} has no split {split!r} "
                     f"(splits: {', '.join(sorted(card[config]))})"
                 )
@@ -428,7 +423,7 @@ class BuiltDataset:
             known = sorted(
                 set(card) | {p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.parquet"))}
             )
-            raise ConfigNotFound(
+            raise ConfigNotFoundError(
                 f"{self.source}: no parquet files for config {config!r} split {split!r} "
                 f"(looked for {', '.join(globs)}; configs here: {', '.join(known) or 'none'})"
             )
@@ -492,7 +487,7 @@ class BuiltDataset:
         try:
             ds = datasets.load_dataset(self.source, config, split=split)
         except (FileNotFoundError, ValueError) as err:
-            raise ConfigNotFound(
+            raise ConfigNotFoundError(
                 f"{self.source}: cannot load config {config!r} split {split!r} ({err})"
             ) from None
         arrow = ds.data.table  # the stored columns as they are: audio stays {bytes, path}

@@ -29,7 +29,7 @@ same run):
 
 A layer whose bank type has no other usable recording cannot vary: `variation_problems` lists
 every such (family, layer, type) before anything is built (see api.build), and building one is a
-`OtherRecordingsError` naming it; a recording is never silently reused.
+`SecondRealizationError` naming it; a recording is never silently reused.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import RunError
 from casu_dataset.core.loudness import peak_abs
 from casu_dataset.core.rng import derive_rng
 from casu_dataset.mix.mixer import (
@@ -64,12 +64,10 @@ REALIZATION = 2
 _PEAK_MARGIN = 1e-4
 
 
-class OtherRecordingsError(CasuError, RuntimeError):
+class SecondRealizationError(RunError, RuntimeError):
     """A scene whose realization 2 cannot be built (a layer with no other recording of its bank
     type, a mixture that cannot fit realization 1's anti-clipping gain); the message names the
     family, the scene, the layer and the bank type."""
-
-    exit_code = 1
 
 
 def where(scene, layer: str | None = None) -> str:
@@ -169,7 +167,7 @@ def retrieve_other(builder, scene, ann1: dict) -> dict:
         t = bank_type(scene, key, r.catalog, ref[key])
         name = layer_name(scene, key)
         if not t:
-            raise OtherRecordingsError(
+            raise SecondRealizationError(
                 f"{where(scene, name)}: no bank type: realization 2 cannot pick another recording of "
                 "the same type"
             )
@@ -184,7 +182,7 @@ def retrieve_other(builder, scene, ann1: dict) -> dict:
                 **constraints,
             )[0]
         except RetrievalError:
-            raise OtherRecordingsError(
+            raise SecondRealizationError(
                 f"{where(scene, name)}: no usable {kind} recording of bank type {t!r} other than "
                 f"realization 1's {ref[key]}"
                 + (f" and this scene's {', '.join(sorted(used))}" if used else "")
@@ -333,7 +331,7 @@ def family_headroom(prepared: list[Prepared], peak_limit: float) -> FamilyGain:
     on the whole mixture (see the module docstring)."""
     g1 = prepared[0].clip_gain
     if any(p.clip_gain != g1 for p in prepared):  # realization 1 shares one gain per family
-        raise OtherRecordingsError(
+        raise SecondRealizationError(
             f"{where(prepared[0].scene)}: realization 1's variants do not share one anti-clipping gain"
         )
     if all(p.headroom[0] <= p.headroom[1] and p.headroom[1] > 0 for p in prepared):
@@ -406,6 +404,6 @@ def check_same_timeline(ann1: dict, ann2: dict) -> None:
         and [e["onset_samples"] for e in p1["events"]] == [e["onset_samples"] for e in p2["events"]]
     )
     if not same:
-        raise OtherRecordingsError(
+        raise SecondRealizationError(
             f"scene {ann1['scene_id']}: realization 2's timeline differs from realization 1's"
         )

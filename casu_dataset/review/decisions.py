@@ -25,18 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from casu_dataset.contract import DATASET_LETTERS, mcq_tasks
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 ACTIONS = ("accept", "reject", "edit")
 KINDS = ("scene", "question", "family", "family_question")
 LETTERS = DATASET_LETTERS
 
 
-class DecisionError(CasuError, ValueError):
+class DecisionError(InputError, ValueError):
     pass
 
 
-class DecisionFileError(CasuError):
+class DecisionFileError(InputError):
     """The decisions file cannot take a decision (a folder, a FIFO or device in its place, not
     writable, the disk full); the message names the file. Nothing was acknowledged."""
 

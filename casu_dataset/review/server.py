@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from casu_dataset.contract import SCENES_CONFIG, mcq_configs, mcq_tasks
-from casu_dataset.core.errors import Field, FieldError
+from casu_dataset.core.errors import Field, FieldError, InputError
 from casu_dataset.review.decisions import (
     DecisionError,
     DecisionFileError,
@@ -55,7 +55,7 @@ TOKEN_HEADER = "X-CASU-Token"
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
-class ReviewError(FieldError, ValueError):
+class ReviewError(InputError, FieldError, ValueError):
     """A dataset the page cannot show; the message names serve()'s `dataset` (the command's --dataset)."""
 
 
@@ -82,7 +82,7 @@ class ReviewData:
         self.log = DecisionLog(decisions_path(self.root))
 
     def _read(self, ds) -> None:
-        from casu_dataset.formats.reader import ConfigNotFound
+        from casu_dataset.formats.reader import ConfigNotFoundError
 
         self._config = SCENES_CONFIG  # named in the error if this config cannot be read
         self.scenes = {r["scene_id"]: r for r in ds.table(SCENES_CONFIG).arrow.to_pylist()}
@@ -104,7 +104,7 @@ class ReviewData:
             ]  # v1 folders have no family columns: those are left out
             try:
                 t = ds.table(c, columns=cols)
-            except ConfigNotFound:  # a folder without this config has no questions of it
+            except ConfigNotFoundError:  # a folder without this config has no questions of it
                 continue
             for r in t.arrow.to_pylist():
                 self.questions.setdefault(r["scene_id"], []).append(r)

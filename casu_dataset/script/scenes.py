@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import AfterValidator
 
 from casu_dataset.contract import mcq_tasks
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 from casu_dataset.scenarios import FAMILY_LIBRARY_DIR, SCENE_LIBRARY_DIR
 from casu_dataset.script.schema import SceneScript
 
@@ -28,7 +28,7 @@ def check_task(v: str) -> str:
 TaskName = Annotated[str, AfterValidator(check_task)]
 
 
-class LibraryError(CasuError, ValueError):
+class LibraryError(InputError, ValueError):
     """A scenario file that cannot be used; the message names the file and scenario."""
 
 

@@ -23,8 +23,8 @@ from pydantic import (
 )
 
 from casu_dataset.core import strict_yaml
-from casu_dataset.core.errors import CasuError
-from casu_dataset.core.paths import PathProblem
+from casu_dataset.core.errors import InputError
+from casu_dataset.core.paths import PathError
 
 MAX_SCENE_SECONDS = 30.0
 # Rough speaking rate for the pre-synthesis fit check: 2.6 words/s is a brisk but natural
@@ -33,7 +33,7 @@ WORDS_PER_SECOND = 2.6
 MIN_TURN_GAP_S = 0.2
 
 
-class ScriptError(CasuError, ValueError):
+class ScriptError(InputError, ValueError):
     """A scene script that cannot be used; the message names the file and field."""
 
 
@@ -239,7 +239,7 @@ def load_script(path: str | Path) -> SceneScript:
         text = strict_yaml.read_library_file(path)  # a FIFO or device is named, never waited on
     except OSError as err:
         raise ScriptError(f"{path}: cannot read scene script: {err.strerror}") from None
-    except PathProblem as err:  # missing, a FIFO, a link loop: the same one line, as a script error
+    except PathError as err:  # missing, a FIFO, a link loop: the same one line, as a script error
         raise ScriptError(f"{path}: cannot read scene script: {str(err).removeprefix(f'{path}: ')}") from None
     except UnicodeDecodeError as err:
         raise ScriptError(

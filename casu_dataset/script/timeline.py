@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 from casu_dataset.script.schema import (
     AfterTurn,
     AtStart,
@@ -22,7 +22,7 @@ from casu_dataset.script.schema import (
 MIN_EVENT_S = 0.5
 
 
-class TimelineError(CasuError, ValueError):
+class TimelineError(InputError, ValueError):
     """A scene whose layers do not fit its duration limit; names the scene and the cause."""
 
 

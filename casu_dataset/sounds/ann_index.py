@@ -42,7 +42,7 @@ import numpy as np
 
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.content_key import content_key
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 # Below this many clips exact search is the default (and it is always the reference).
 ANN_THRESHOLD = 50_000
@@ -58,7 +58,7 @@ ADD_CHUNK = 65536  # vectors per add: one float32 chunk (192 MiB at 768-d) besid
 MANIFEST = "groups.json"
 
 
-class AnnUnavailable(CasuError, ImportError):
+class AnnUnavailableError(InputError, ImportError):
     """faiss is not installed."""
 
 
@@ -66,7 +66,7 @@ def require_faiss():
     try:
         import faiss
     except ImportError as err:
-        raise AnnUnavailable(
+        raise AnnUnavailableError(
             f"retrieval: the approximate index needs faiss-cpu (pip install -e '.[ann]'): {err}"
         ) from None
     return faiss

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import soundfile as sf
 
-from casu_dataset.core.errors import FieldError
+from casu_dataset.core.errors import FieldError, InputError
 from casu_dataset.sounds import source_check
 
 KINDS = ("background", "event")
 MIN_LOOPABLE_S = 2.0  # a bed this long or longer can loop with a crossfade
 
 
-class CatalogError(FieldError, ValueError):
+class CatalogError(InputError, FieldError, ValueError):
     """A catalog file or row that cannot be used; the message names file and row."""
 
 

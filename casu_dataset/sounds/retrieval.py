@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from casu_dataset.core import atomic, cache_layout
-from casu_dataset.core.errors import CasuError, Field, FieldError
+from casu_dataset.core.errors import Field, FieldError, InputError, RunError
 from casu_dataset.sounds.catalog import Catalog, CatalogClip
 
 log = logging.getLogger(__name__)
@@ -57,15 +57,13 @@ QUANT_BITS = 11
 EMBED_VERSION = 3  # bump when what `Embedder.encode` returns changes (it keys the embedding cache)
 
 
-class EmbeddingModelError(FieldError, RuntimeError):
+class EmbeddingModelError(InputError, FieldError, RuntimeError):
     """The embedding model cannot be loaded; the message names the embedding_model field (the
     commands show it as --embedding-model)."""
 
 
-class RetrievalError(CasuError, LookupError):
+class RetrievalError(RunError, LookupError):
     """No candidate satisfies the query and its constraints."""
-
-    exit_code = 1
 
 
 def default_model_path() -> str:
@@ -329,7 +327,7 @@ class Retriever:
                 return False
             try:
                 ann_index.require_faiss()
-            except ann_index.AnnUnavailable as err:
+            except ann_index.AnnUnavailableError as err:
                 _warn_once(f"{err}; searching {len(self.catalog)} clips exactly")
                 return False
         return True

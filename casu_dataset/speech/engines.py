@@ -21,14 +21,12 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import RunError
 from casu_dataset.core.isa import PORTABLE_ENV
 
 
-class EngineError(CasuError, RuntimeError):
+class EngineError(RunError, RuntimeError):
     """An engine that cannot run or cannot say a text; the message names the engine."""
-
-    exit_code = 1
 
 
 _SPEAKABLE = re.compile(r"[A-Za-z0-9]")

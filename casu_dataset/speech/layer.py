@@ -19,7 +19,7 @@ import soundfile as sf
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.audio_io import wav_bytes
 from casu_dataset.core.content_key import content_key
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 from casu_dataset.core.rng import derive_rng
 from casu_dataset.script.schema import SceneScript, Speaker
 from casu_dataset.speech.engines import EngineError, get_engine
@@ -31,11 +31,11 @@ PITCH_PROBE = "The weather today is calm and clear, and the market opens at nine
 SPEECH_CACHE_VERSION = 2  # 2: deterministic WAV bytes
 
 
-class VoiceAssignmentError(CasuError, ValueError):
+class VoiceAssignmentError(InputError, ValueError):
     pass
 
 
-class TurnTooLongError(CasuError, ValueError):
+class TurnTooLongError(InputError, ValueError):
     pass
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from casu_dataset.core import atomic
 from casu_dataset.core.audio_io import resample
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import RunError
 from casu_dataset.core.loudness import kweight
 
 # Measured on CASU-mini (113 scenes, 237 turns, seed 0): turns no event overlaps sit at 8.5 dB
@@ -46,10 +46,8 @@ RATIO_LIMIT_DB = 120.0  # reported instead of +-inf for a silent stem
 WHISPER_SR = 16000
 
 
-class MixIntelligibilityError(CasuError, ValueError):
+class MixIntelligibilityError(RunError, ValueError):
     """A scene whose speech is not intelligible in the mixture."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import RunError
 
 
-class OnnxGraphError(CasuError, RuntimeError):
+class OnnxGraphError(RunError, RuntimeError):
     """A model this interpreter cannot run; the message names the file, node and operator."""
-
-    exit_code = 1  # a runtime failure, not bad input
 
 
 # ONNX TensorProto element types -> torch dtypes; every float type computes in the graph's dtype.

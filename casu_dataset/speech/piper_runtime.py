@@ -28,16 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from casu_dataset.core import isa
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import RunError
 
 RUNTIME = "casu-pinned-torch-f32"  # part of every Piper turn's cache key (engines.PiperEngine.version)
 RUNTIME_VERSION = 1
 
 
-class PiperRuntimeError(CasuError, RuntimeError):
+class PiperRuntimeError(RunError, RuntimeError):
     """A voice that cannot be loaded or run; the message names the voice files."""
-
-    exit_code = 1  # a runtime failure, not bad input
 
 
 class PortablePiper:

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 from harness.cli.common import EXIT_OK, EXIT_USAGE, ArgumentParser, HelpFormatter
 
 PEERS = {"lmms-eval": "lmms_eval_tasks", "lm-eval": "lm_eval_tasks"}
@@ -55,8 +55,8 @@ def cmd_export_tasks(argv: list[str]) -> int:
     return EXIT_OK
 
 
-class ExportError(CasuError, ValueError):
-    """A dataset or folder the task export cannot use; the message names it (exit 2)."""
+class ExportError(InputError, ValueError):
+    """A dataset or folder the task export cannot use; the message names it."""
 
 
 def local_files(source: str, config: str, split: str = "test") -> list[Path]:

@@ -18,11 +18,11 @@ def cmd_table(argv: list[str]) -> int:
     from harness.output.tables import main_table
 
     if os.path.lexists(a.output_path):  # a symlink loop, a dangling link, a FIFO: named
-        from casu_dataset.core.paths import PathProblem, input_path
+        from casu_dataset.core.paths import PathError, input_path
 
         try:
             input_path(a.output_path, a.output_path, "folder")
-        except PathProblem as err:
+        except PathError as err:
             error_line(err)
             return EXIT_USAGE
     skipped: list = []

@@ -122,11 +122,11 @@ def _is_lm_eval_file(path: Path) -> bool:
 def _not_regular(path: Path) -> str | None:
     """Why `path` cannot be read as a results file (a FIFO would block the read, a symlink loop
     raise), or None for a regular file."""
-    from casu_dataset.core.paths import PathProblem, input_path
+    from casu_dataset.core.paths import PathError, input_path
 
     try:
         input_path(path, "", "file")
-    except PathProblem as err:
+    except PathError as err:
         return str(err).removeprefix(": ")
     return None
 

@@ -34,10 +34,6 @@ if TYPE_CHECKING:
     from harness.run.schema import ResultsDocument
 
 
-class PushError(hub.HubError):
-    pass
-
-
 def runs(
     output_path: str | Path, skipped: list | None = None
 ) -> list[tuple[Path, ResultsDocument, list[Path]]]:
@@ -51,7 +47,7 @@ def runs(
         skipped.extend(bad)
     if not good:
         why = "; ".join(f"{f.relative_to(root)}: {w}" for f, w in bad)
-        raise PushError(
+        raise hub.PushError(
             f"--output_path {root}: no complete results (casu_results_*.json) under it "
             f"({'skipped ' + why if why else 'run an evaluation first'})"
         )
@@ -78,28 +74,25 @@ def select_run(output_path: str | Path, checkpoint: str | None = None, skipped: 
         full = [r for r in full if matches(r[1])]
         latest = [r for r in latest if matches(r[1])]
         if not latest:
-            raise PushError(
+            raise hub.PushError(
                 f"--checkpoint {checkpoint!r}: no complete run of it under --output_path {output_path}"
             )
     if not full:
         lim = latest[0][1]["config"].get("limit")
-        raise PushError(
+        raise hub.PushError(
             f"--output_path {output_path}: refusing to push a --limit run ({latest[0][0].name} evaluated "
             f"--limit {lim}, a subset of each task); rerun without --limit to push"
         )
     if len(full) > 1:
         names = ", ".join(run_key(r[1]["model"]) for r in full)
-        raise PushError(
+        raise hub.PushError(
             f"--output_path {output_path} holds several checkpoints; choose one with --checkpoint ({names})"
         )
     return full[0]
 
 
 def _check_repo(repo: str | None, flag: str = "--repo") -> str:
-    try:
-        return hub.check_repo_id(repo, flag)
-    except hub.HubError as err:
-        raise PushError(str(err)) from None
+    return hub.check_repo_id(repo, flag)  # PushError naming `flag`
 
 
 def plan_push(
@@ -228,23 +221,18 @@ def push(
     entries = eval_results_entries(doc, dataset_id, url) if dataset_id else []
     if not dry_run:
         message = f"CASU results: {f.parent.name} {doc['date']}"
-        try:
-            hub.commit(repo, ops, message, api=api, token=token, private=private, gated=gated, flag=flag)
-            if split_repo is not None and details:
-                hub.commit(
-                    split_repo,
-                    details,
-                    f"CASU sample logs: {f.parent.name} {doc['date']}",
-                    api=api,
-                    token=token,
-                    private=private,
-                    gated=gated,
-                    flag="--hf_hub_log_args details_repo_name",
-                )
-        except hub.HubUploadError:
-            raise
-        except hub.HubError as err:
-            raise PushError(str(err)) from None
+        hub.commit(repo, ops, message, api=api, token=token, private=private, gated=gated, flag=flag)
+        if split_repo is not None and details:
+            hub.commit(
+                split_repo,
+                details,
+                f"CASU sample logs: {f.parent.name} {doc['date']}",
+                api=api,
+                token=token,
+                private=private,
+                gated=gated,
+                flag="--hf_hub_log_args details_repo_name",
+            )
     return {
         "repo": repo,
         "operations": [o.path_in_repo for o in ops],
@@ -273,25 +261,25 @@ def check_auto_push(log_args: dict, *, limit, output_path, log_samples: bool) ->
     if not (log_args.get("push_results_to_hub") or log_args.get("push_samples_to_hub")):
         return
     if not log_args.get("push_results_to_hub"):
-        raise PushError(
+        raise hub.PushError(
             "--hf_hub_log_args push_samples_to_hub=true: also set push_results_to_hub=true (the sample "
             "logs are sent with their run)"
         )
     flag = "--hf_hub_log_args push_results_to_hub=true"
     if not log_args.get("hub_results_org"):
-        raise PushError(f"{flag}: needs hub_results_org=ORG (the owner of the results repo)")
+        raise hub.PushError(f"{flag}: needs hub_results_org=ORG (the owner of the results repo)")
     if limit is not None:
-        raise PushError(
+        raise hub.PushError(
             f"{flag}: a --limit run is never pushed (--limit {limit} evaluates a subset of each task); "
             "drop --limit or the push"
         )
     if output_path is None:
-        raise PushError(
+        raise hub.PushError(
             f"{flag}: needs --output_path (output_path= from Python): the run is pushed from the files "
             "written there"
         )
     if log_args.get("push_samples_to_hub") and not log_samples:
-        raise PushError(
+        raise hub.PushError(
             "--hf_hub_log_args push_samples_to_hub=true: needs --log_samples (the sample logs it sends)"
         )
     own_details = details_repo(log_args)
@@ -305,7 +293,7 @@ def _check_can_gate() -> None:
     if not hub.can_gate():
         import huggingface_hub
 
-        raise PushError(
+        raise hub.PushError(
             f"--hf_hub_log_args gated=true: huggingface_hub {huggingface_hub.__version__} cannot gate a "
             "repo (no HfApi.update_repo_settings(gated=...)); upgrade it or drop gated"
         )
@@ -354,7 +342,7 @@ def push_after_run(path: str | Path, log_args: dict, token: str | None = None, a
     doc, logs, why = check_run(path)
     try:
         if why:
-            raise PushError(f"{path}: {why}")
+            raise hub.PushError(f"{path}: {why}")
         out = push(
             path.parent.parent,
             _check_repo(repo, "--hf_hub_log_args hub_results_org"),  # (push checks it first, as here)
@@ -367,7 +355,7 @@ def push_after_run(path: str | Path, log_args: dict, token: str | None = None, a
             run=(path, doc, logs),
             flag="--hf_hub_log_args hub_results_org",
         )
-    except hub.HubError as err:
+    except (hub.HubError, hub.PushError) as err:
         return {
             "repo": repo,
             "pushed": False,
@@ -465,11 +453,8 @@ def pr_eval_results(
 
     from harness.output.files import checkpoint as ck_of
 
-    try:
-        hub.check_repo_id(model_repo, "--model_repo")
-        hub.check_repo_id(dataset_id, "--dataset_id")
-    except hub.HubError as err:
-        raise PushError(str(err)) from None
+    hub.check_repo_id(model_repo, "--model_repo")  # PushError naming the flag
+    hub.check_repo_id(dataset_id, "--dataset_id")
     if checkpoint is None:  # the target repo's own run, when the folder has one
         from harness.output.document import latest_runs
         from harness.output.files import run_key
@@ -481,7 +466,7 @@ def pr_eval_results(
     mismatch = not same_repo(ck, model_repo)
     if mismatch and not allow_other_checkpoint:
         what = f"checkpoint {ck!r}" if ck else "no checkpoint (a baseline)"
-        raise PushError(
+        raise hub.PushError(
             f"--model_repo {model_repo}: the run {f} evaluated --model {doc['model']['name']} with {what}, "
             f"not {model_repo}; its scores are not {model_repo}'s. Evaluate --model_args "
             f"pretrained={model_repo}, or pass --allow_other_checkpoint if these are the same weights "
@@ -494,27 +479,22 @@ def pr_eval_results(
         proposed_for=model_repo if mismatch else None,
     )
     if not entries:
-        raise PushError(f"{f}: no task has a full-audio result to report")
+        raise hub.PushError(f"{f}: no task has a full-audio result to report")
     text = yaml.safe_dump(entries, sort_keys=False)
     pr_url = None
     if not dry_run:
         op = CommitOperationAdd(path_in_repo=".eval_results/casu.yaml", path_or_fileobj=text.encode())
-        try:
-            info = hub.commit(
-                model_repo,
-                [op],
-                f"Add CASU evaluation results ({f.parent.name})",
-                api=api,
-                token=token,
-                repo_type="model",
-                create_pr=True,
-                flag="--model_repo",
-                description=f"CASU results of {f.parent.name}, run {doc['date']} "
-                f"(values 0-100; settings in each entry's notes).",
-            )
-        except hub.HubUploadError:
-            raise
-        except hub.HubError as err:
-            raise PushError(str(err)) from None
+        info = hub.commit(
+            model_repo,
+            [op],
+            f"Add CASU evaluation results ({f.parent.name})",
+            api=api,
+            token=token,
+            repo_type="model",
+            create_pr=True,
+            flag="--model_repo",
+            description=f"CASU results of {f.parent.name}, run {doc['date']} "
+            f"(values 0-100; settings in each entry's notes).",
+        )
         pr_url = getattr(info, "pr_url", None)
     return {"yaml": text, "pr_url": pr_url, "run": str(f), "override": mismatch}

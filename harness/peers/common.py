@@ -22,7 +22,7 @@ import numpy as np
 
 from casu_dataset.contract import mcq_tasks, tasks
 from casu_dataset.core.audio_io import SAMPLE_RATE, decode_bytes
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 from harness.scoring import metrics
 from harness.scoring.parsing import parse_choice
 from harness.scoring.records import ScoredRecord
@@ -36,7 +36,7 @@ CLUSTER_KEY = "family_id"  # a contrast family's variants share speech, question
 SCORE_KEY = "score"
 
 
-class PeerTaskError(CasuError, ValueError):
+class PeerTaskError(InputError, ValueError):
     """A row a peer hands over that CASU cannot score (no id, no audio bytes, no options)."""
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from harness.run.batches import ModelOutput, next_batch, requests_for
-from model_adapters.base import AdapterError
+from model_adapters.base import STOPS_RUN
 
 
 def process_concurrently(
@@ -26,7 +26,7 @@ def process_concurrently(
     def call(units, reqs):  # in a pool thread (RunState's counters take its lock)
         try:
             return send(units, reqs)
-        except AdapterError:
+        except STOPS_RUN:
             raise  # the model cannot run at all (a refused key, a missing model): stop
         except Exception as err:  # noqa: BLE001 - retry alone so one bad request cannot sink its batch
             if len(units) == 1:  # already alone: its retries are spent, it is a failed sample

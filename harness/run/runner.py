@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import ModelError
 from casu_dataset.core.llm.cache import ResponseCache
 from casu_dataset.core.redact import redact_known
 from casu_dataset.formats.reader import Row
@@ -31,7 +31,7 @@ from harness.scoring.records import ScoredRecord
 from harness.task.config import TaskConfig
 from harness.task.lmeval_yaml import LmEvalYamlError
 from harness.task.prompts import item, rotations, row_doc, task_prompt
-from model_adapters.base import Adapter, AdapterError, GenerationSettings, Request
+from model_adapters.base import STOPS_RUN, Adapter, AdapterError, GenerationSettings, Request
 
 
 @dataclass
@@ -154,12 +154,12 @@ def _one_by_one(
     adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunState
 ) -> list[ModelOutput]:
     """Each request alone, so one bad sample cannot sink its batch: a request that fails is a
-    failed sample; an AdapterError (the model cannot run at all) stops the run."""
+    failed sample; an AdapterError (the model cannot run at all) or ModelArgsError stops the run."""
     results = []
     for u, r in zip(units, reqs):
         try:
             results.extend(_call(adapter, [u], [r], state))
-        except AdapterError:
+        except STOPS_RUN:
             raise
         except Exception as err:  # noqa: BLE001 - recorded as a failed sample
             results.append(ModelOutput.failed(err))
@@ -175,7 +175,7 @@ def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunSt
         texts = _outputs(adapter, "generate", adapter.generate(reqs, settings_for(units[0].task)), units)
         for t, u in zip(texts, units):
             if not isinstance(t, str):
-                raise BadOutput(
+                raise ModelError(
                     f"--model {adapter.name}: generate() returned {_shown(t)} for sample {u.sample.id}; "
                     "it must return one str per request"
                 )
@@ -185,29 +185,23 @@ def _call(adapter: Adapter, units: list[Unit], reqs: list[Request], state: RunSt
         state.call_ended()
 
 
-class BadOutput(CasuError, RuntimeError):
-    """An adapter returned something that is not an answer (an int for a text, a score list of the
-    wrong length): the batch is retried one by one, and each request still refused is a failed
-    sample naming the adapter and the sample (RunFailures stops the run past 25%); not an
-    AdapterError, which stops the run at once."""
-
-    exit_code = 3  # the model's fault
-
-
 def _shown(value) -> str:
     text = " ".join(repr(value).split())
     return f"a {type(value).__name__} ({text[:40]}{'...' if len(text) > 40 else ''})"
 
 
 def _outputs(adapter: Adapter, method: str, out, units: list[Unit]) -> list:
-    """An adapter's list of outputs, one per request (BadOutput names the adapter and a sample)."""
+    """An adapter's list of outputs, one per request. Anything else is a ModelError naming the
+    adapter and a sample (not an AdapterError, which stops the run at once): the batch is retried
+    one by one, and each request still refused is a failed sample (RunFailures stops the run past
+    25%)."""
     if not isinstance(out, (list, tuple)):
-        raise BadOutput(
+        raise ModelError(
             f"--model {adapter.name}: {method}() returned {_shown(out)} for {len(units)} request(s) "
             f"(sample {units[0].sample.id}, ...); it must return a list, one output per request"
         )
     if len(out) != len(units):
-        raise BadOutput(
+        raise ModelError(
             f"--model {adapter.name}: {method}() returned {len(out)} outputs for {len(units)} requests "
             f"(sample {units[0].sample.id}, ...)"
         )
@@ -223,7 +217,7 @@ def _scores(adapter: Adapter, s, u: Unit) -> list[float]:
         except (TypeError, ValueError):
             ok = False
     if not ok:
-        raise BadOutput(
+        raise ModelError(
             f"--model {adapter.name}: loglikelihood() returned {_shown(s)} for sample {u.sample.id}; it "
             f"must return {len(u.options)} numbers (one per option) per request"
         )
@@ -386,7 +380,7 @@ def process(
         if ok_units:
             try:
                 results = _call(adapter, ok_units, reqs, state)
-            except AdapterError:
+            except STOPS_RUN:
                 raise  # the model cannot run at all (missing weights, bad args): stop with its message
             except Exception as err:
                 if shrink_on_oom and len(batch) > 1 and _is_oom(err):

@@ -21,7 +21,7 @@ from pydantic import (
 
 from casu_dataset import contract
 from casu_dataset.core import strict_yaml
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 from harness.scoring.metrics import listable
 from harness.task.lmeval_yaml import (
     LmEvalYamlError,
@@ -35,7 +35,7 @@ TEMPLATE_FIELDS = {"question", "options", "hint", "letters"}
 KIND = {"multiple_choice": "multiple_choice", "generate_until": "open"}  # output_type -> contract kind
 
 
-class TaskConfigError(CasuError, ValueError):
+class TaskConfigError(InputError, ValueError):
     pass
 
 
@@ -434,11 +434,11 @@ def with_builtins(include_path: list[str | Path] | None) -> list[Path]:
 
 def _include_dir(d: Path) -> Path:
     """An --include_path folder, resolved; TaskConfigError names what it is instead."""
-    from casu_dataset.core.paths import PathProblem, input_path
+    from casu_dataset.core.paths import PathError, input_path
 
     try:
         return input_path(d, f"--include_path {d}", "folder")
-    except PathProblem as err:
+    except PathError as err:
         raise TaskConfigError(str(err).replace("no such folder", "not a folder (no such folder)")) from None
 
 
@@ -455,11 +455,11 @@ def _yaml_entries(d: Path) -> list[Path]:
 
 def _task_file(f: Path) -> None:
     """TaskConfigError unless `f` (a YAML name in a tasks folder) is a readable regular file."""
-    from casu_dataset.core.paths import PathProblem, input_path
+    from casu_dataset.core.paths import PathError, input_path
 
     try:
         input_path(f, str(f), "file")
-    except PathProblem as err:
+    except PathError as err:
         raise TaskConfigError(f"{err}; a task file must be a regular YAML file") from None
 
 

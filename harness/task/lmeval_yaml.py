@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from casu_dataset.contract import LETTERS
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 # Keys only lm-eval's schema has: a YAML with any of them is read as lm-eval's.
 LMEVAL_KEYS = frozenset(
@@ -61,9 +61,9 @@ IGNORED = {"should_decontaminate", "target_delimiter", "fewshot_delimiter", "few
 OUTPUT_TYPES = ("multiple_choice", "generate_until")
 
 
-class LmEvalYamlError(CasuError, ValueError):
+class LmEvalYamlError(InputError, ValueError):
     """A problem with an lm-eval-style task file or a row it renders; the caller adds the file
-    name (TaskConfigError) or the dataset and row (LoadError). Exit code 2, a bad input."""
+    name (TaskConfigError) or the dataset and row (LoadError)."""
 
 
 def is_lmeval_task(data: dict) -> bool:
@@ -109,13 +109,13 @@ def read_yaml(path: Path):
     import yaml
 
     from casu_dataset.core import strict_yaml
-    from casu_dataset.core.paths import PathProblem, read_text
+    from casu_dataset.core.paths import PathError, read_text
 
     if not os.path.lexists(path):
         raise FileNotFoundError(2, "No such file or directory", str(path))
     try:
         text = read_text(path, "the file")
-    except PathProblem as err:
+    except PathError as err:
         raise LmEvalYamlError(str(err).removeprefix("the file: ")) from None
     try:
         return strict_yaml.safe_load(text, path, max_nodes=YAML_NODES)
@@ -137,7 +137,7 @@ def with_includes(data: dict, path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """`include: other.yaml` (relative to this file) resolved: the included mapping, then this
     file's keys over it, recursively; a cycle, a missing file or a chain deeper than INCLUDE_DEPTH
     files is an error."""
-    from casu_dataset.core.paths import PathProblem, real_path
+    from casu_dataset.core.paths import PathError, real_path
 
     inc = data.get("include")
     if inc is None:
@@ -153,7 +153,7 @@ def with_includes(data: dict, path: Path, seen: tuple[Path, ...] = ()) -> dict:
     try:
         here = real_path(path, "this file")
         target = real_path(path.parent / inc, f"include: {inc}")
-    except PathProblem as err:
+    except PathError as err:
         raise LmEvalYamlError(str(err)) from None
     if target in seen or target == here:
         raise LmEvalYamlError(f"include: {inc} includes itself (through {', '.join(p.name for p in seen)})")

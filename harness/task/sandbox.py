@@ -26,7 +26,7 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import InputError
 
 RENDER_SECONDS = 0.25  # wall time of one render (a row's prompt renders in ~0.1 ms)
 OUTPUT_CHARS = 100_000  # a rendered field, and any string or list made on the way
@@ -44,7 +44,7 @@ REFUSED_TAGS = {
 }
 
 
-class SandboxError(CasuError, ValueError):
+class SandboxError(InputError, ValueError):
     """A template that reached a limit of the sandbox, or used a tag it refuses."""
 
 

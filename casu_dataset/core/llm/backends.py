@@ -40,16 +40,14 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import ModelError
 
 log = logging.getLogger(__name__)
 
 
-class BackendError(CasuError, RuntimeError):
+class BackendError(ModelError, RuntimeError):
     """`transient`: this request failed but others may succeed (retries or the rate-limit budget
     ran out, a malformed reply); False when the server refused it as such (401, 403, 404, ...)."""
-
-    exit_code = 3
 
     def __init__(self, msg: str, transient: bool = False):
         super().__init__(msg)
@@ -192,7 +190,7 @@ class OpenAIBackend:
     ) -> str:
         import openai
 
-        from casu_dataset.core.llm.bounded import DeadlineExceeded, ResponseBoundError
+        from casu_dataset.core.llm.bounded import DeadlineExceededError, ResponseBoundError
 
         payload: dict[str, Any] = {
             "model": self.model,
@@ -270,13 +268,15 @@ class OpenAIBackend:
             except openai.APIConnectionError as err:  # includes APITimeoutError
                 cause = err.__cause__ or err
                 past = time.monotonic() - started >= self.timeout * 0.98
-                if isinstance(cause, DeadlineExceeded) or (isinstance(err, openai.APITimeoutError) and past):
+                if isinstance(cause, DeadlineExceededError) or (
+                    isinstance(err, openai.APITimeoutError) and past
+                ):
                     last = self._deadline_text()
                 elif isinstance(cause, ResponseBoundError):
                     raise self._bound_broken(cause, started) from None
                 else:
                     last = self._redact(f"{type(err).__name__}: {cause}")
-            except DeadlineExceeded:  # a deadline is a timeout: retried, then a failed request
+            except DeadlineExceededError:  # a deadline is a timeout: retried, then a failed request
                 last = self._deadline_text()
             except ResponseBoundError as err:  # over the size cap: the same reply would come back
                 raise self._bound_broken(err, started) from None

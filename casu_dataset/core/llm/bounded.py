@@ -13,9 +13,10 @@ one decoder call. `BoundedTransport` adds the two bounds a hostile or broken ser
   steps (64 KiB of output at a time), and stopped at the cap; another Content-Encoding is refused
   (we ask for gzip and deflate only).
 
-It raises `DeadlineExceeded` / `ResponseTooLarge` / `BadEncoding` (the caller names the server and
-the request); the SDK passes them through or wraps them as the `__cause__` of its connection
-error. Environment proxies (HTTPS_PROXY, ...) are honoured, each through a bounded transport.
+It raises `DeadlineExceededError`, or a `ResponseBoundError` for a body over the cap or in an
+encoding not asked for (the caller names the server and the request); the SDK passes them through
+or wraps them as the `__cause__` of its connection error. Environment proxies (HTTPS_PROXY, ...)
+are honoured, each through a bounded transport.
 """
 
 from __future__ import annotations
@@ -30,30 +31,21 @@ from typing import cast
 import httpcore2
 import httpx2
 
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import ModelError
 
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _STEP = 64 * 1024  # decompressed bytes produced per decoder call: memory stays bounded
 _ENCODINGS = {"gzip", "x-gzip", "deflate"}
 
 
-class ResponseBoundError(CasuError, RuntimeError):
+class ResponseBoundError(ModelError, RuntimeError):
     """A response broke a bound; the message says which, without the URL (the caller adds it:
     OpenAIBackend turns it into a BackendError naming the server)."""
 
-    exit_code = 3
 
-
-class DeadlineExceeded(ResponseBoundError):
-    pass
-
-
-class ResponseTooLarge(ResponseBoundError):
-    pass
-
-
-class BadEncoding(ResponseBoundError):
-    pass
+class DeadlineExceededError(ResponseBoundError):
+    """No complete response by the total deadline: a timeout, which the backend retries (a body
+    over the size cap would come back the same, so it is not)."""
 
 
 _local = threading.local()  # .deadline: time.monotonic() by which this thread's request must end
@@ -125,7 +117,7 @@ def _inflate(chunks: Iterable[bytes], encoding: str) -> Iterator[bytes]:
                 if first and encoding == "deflate":
                     d, first = zlib.decompressobj(-zlib.MAX_WBITS), False
                     continue
-                raise BadEncoding(f"a {encoding} body that does not decompress ({err})") from None
+                raise ResponseBoundError(f"a {encoding} body that does not decompress ({err})") from None
             first = False
             if out:
                 yield out
@@ -152,9 +144,11 @@ class _BoundedBody(httpx2.SyncByteStream):
         for chunk in self._inner:
             n += len(chunk)
             if n > self._cap:
-                raise ResponseTooLarge(f"response body over the {_size(self._cap)} cap (max_response_bytes)")
+                raise ResponseBoundError(
+                    f"response body over the {_size(self._cap)} cap (max_response_bytes)"
+                )
             if time.monotonic() > self._deadline:
-                raise DeadlineExceeded("total deadline exceeded while the body arrived")
+                raise DeadlineExceededError("total deadline exceeded while the body arrived")
             yield chunk
 
     def __iter__(self) -> Iterator[bytes]:
@@ -165,7 +159,7 @@ class _BoundedBody(httpx2.SyncByteStream):
         for chunk in data:
             n += len(chunk)
             if n > self._cap:
-                raise ResponseTooLarge(
+                raise ResponseBoundError(
                     f"response body inflates past the {_size(self._cap)} cap (max_response_bytes; "
                     f"Content-Encoding {', '.join(self._encodings)})"
                 )
@@ -208,7 +202,7 @@ class BoundedTransport(httpx2.BaseTransport):
         try:
             length = response.headers.get("Content-Length")
             if length and length.strip().isdigit() and int(length) > self.max_bytes:
-                raise ResponseTooLarge(
+                raise ResponseBoundError(
                     f"response of {_size(int(length))} (Content-Length) over the {_size(self.max_bytes)} "
                     "cap (max_response_bytes)"
                 )
@@ -219,7 +213,7 @@ class BoundedTransport(httpx2.BaseTransport):
             ]
             bad = [e for e in encodings if e not in _ENCODINGS]
             if bad:
-                raise BadEncoding(
+                raise ResponseBoundError(
                     f"a response in Content-Encoding {', '.join(bad)} (asked for gzip, deflate)"
                 )
         except ResponseBoundError:

