@@ -257,7 +257,8 @@ def tiny_dataset(out: Path, n: int, tag: str, answer: str = "A") -> Path:
     import numpy as np
 
     from casu_dataset.core.audio_io import encode_flac
-    from casu_dataset.dataset.build import CONFIGS, write_parquet
+    from casu_dataset.dataset.build import CONFIGS
+    from casu_dataset.dataset.writer import write_parquet
 
     rng = np.random.default_rng(n)
     rows = {c: [] for c in CONFIGS}
@@ -402,7 +403,8 @@ def fixture_family_rows() -> dict[str, list[dict]]:
 
 def write_dataset(rows: dict, out: Path) -> Path:
     """`rows` (config -> rows) written as a built folder's parquet files."""
-    from casu_dataset.dataset.build import CONFIGS, PARQUET, write_parquet
+    from casu_dataset.dataset.build import CONFIGS
+    from casu_dataset.dataset.writer import PARQUET, write_parquet
 
     for c in CONFIGS:
         write_parquet(rows[c], c, out / c / PARQUET)

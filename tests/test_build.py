@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from casu_dataset.core.errors import BuildError
-from casu_dataset.dataset.build import CONFIGS, build_dataset, merge_folders
+from casu_dataset.dataset.build import CONFIGS, build_dataset
 from casu_dataset.dataset.config import BuildConfig, ConfigError
 from casu_dataset.dataset.publish import plan_push, push
+from casu_dataset.dataset.writer import merge_folders
 from casu_dataset.legacy.library import DEFAULT_DIR, compile_library
 
 SCENES = ["school_dismissal", "kitchen_kettle", "hotel_wake_call"]  # one with a minimal pair
@@ -257,7 +258,7 @@ def _read_all(folder: Path) -> dict:
 KILL_DURING_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
-from casu_dataset.dataset.build import FolderWriter, merge_folders
+from casu_dataset.dataset.writer import FolderWriter, merge_folders
 real, calls = FolderWriter._close, []
 def dying(self, config):
     real(self, config)
@@ -488,14 +489,14 @@ def test_the_test_session_is_hermetic():
 
 
 def test_configs_stream_into_several_shards_and_old_shards_go(built, work, monkeypatch):
-    import casu_dataset.dataset.build as build
+    import casu_dataset.dataset.writer as writer
     from casu_dataset.formats.loading import load
 
     out = built[0]
     target = work / "sharded"
     shutil.copytree(out, target)
-    monkeypatch.setattr(build, "ROW_GROUP_SIZE", 2)
-    monkeypatch.setattr(build, "SHARD_ROWS", 2)
+    monkeypatch.setattr(writer, "ROW_GROUP_SIZE", 2)
+    monkeypatch.setattr(writer, "SHARD_ROWS", 2)
     merge_folders(target, [out])  # streamed: shards of 2 rows, row groups of 2
     names = sorted(p.name for p in (target / "scenes").glob("*.parquet"))
     assert (

@@ -155,8 +155,9 @@ def test_library_errors_name_config_fields_and_the_cli_its_flags(tmp_path):
     from casu_dataset.cli.common import long_flag
     from casu_dataset.core.errors import BuildError
     from casu_dataset.core.hub import PushError, check_repo_id
-    from casu_dataset.dataset.build import FolderWriter, shard_of
+    from casu_dataset.dataset.build import shard_of
     from casu_dataset.dataset.publish import plan_push
+    from casu_dataset.dataset.writer import FolderWriter
     from casu_dataset.formats.lock import LOCK_FORMAT, LOCK_VERSION, LockError, load_for, lock_path
 
     lib = tmp_path / "lib.yaml"

@@ -119,7 +119,7 @@ def test_a_build_record_whose_identity_was_rewritten_is_refused_by_every_reader(
 
 
 def test_parquet_row_groups_of_100(tmp_path, casu_small):
-    from casu_dataset.dataset.build import write_parquet
+    from casu_dataset.dataset.writer import write_parquet
 
     rows = pq.read_table(str(casu_small / "contextual_reasoning"), use_threads=False).to_pylist()
     many = [dict(rows[0], id=f"q{i}") for i in range(250)]

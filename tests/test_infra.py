@@ -19,8 +19,8 @@ import pytest
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.content_key import content_key
 from casu_dataset.core.llm.cache import ResponseCache
-from casu_dataset.dataset.build import FolderWriter, clean_folder_temps
 from casu_dataset.dataset.scene_cache import clean_scene_cache
+from casu_dataset.dataset.writer import FolderWriter, clean_folder_temps
 from casu_dataset.formats import build_manifest
 from casu_dataset.sounds.catalog import Catalog
 from casu_dataset.sounds.retrieval import catalog_embeddings
@@ -370,3 +370,32 @@ def test_library_modules_do_not_print():
             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print" and id(n) not in allowed
         ]
     assert printing == []
+
+
+# -- 6. module size -------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+#: A module may be longer only where it says why, in a comment line near its top.
+LONG_REASON = "# Over 600 lines because "
+
+
+def long_modules(paths) -> list[str]:
+    """The modules over MAX_MODULE_LINES lines without a written reason (a LONG_REASON comment,
+    with some words after it, among their first 40 lines)."""
+    found = []
+    for p in paths:
+        lines = Path(p).read_text().splitlines()
+        reason = any(ln.startswith(LONG_REASON) and len(ln) > len(LONG_REASON) + 10 for ln in lines[:40])
+        if len(lines) > MAX_MODULE_LINES and not reason:
+            found.append(f"{p}: {len(lines)} lines")
+    return found
+
+
+def test_no_module_is_over_600_lines_without_a_written_reason(tmp_path):
+    assert long_modules([*_modules().values(), *(ROOT / "benchmarks").glob("*.py")]) == []
+    # The check sees a long module, and accepts one that says why (a planted pair).
+    long = tmp_path / "long.py"
+    long.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert long_modules([long]) == [f"{long}: {MAX_MODULE_LINES + 1} lines"]
+    long.write_text(f"{LONG_REASON}it is one table of cases.\n" + "x = 1\n" * MAX_MODULE_LINES)
+    assert long_modules([long]) == []

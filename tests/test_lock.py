@@ -220,7 +220,7 @@ def test_a_kill_after_each_rename_leaves_the_old_or_the_new_build(
     locked, tmp_path, session_cache, monkeypatch
 ):
     import casu_dataset.core.atomic as atomic
-    import casu_dataset.dataset.build as build
+    import casu_dataset.dataset.writer as writer
 
     lib, _, _ = locked
     scenes = compile_families(lib)
@@ -247,8 +247,8 @@ def test_a_kill_after_each_rename_leaves_the_old_or_the_new_build(
 
             return wrapper
 
-        monkeypatch.setattr(build.os, "replace", counted(real_replace))
-        monkeypatch.setattr(build.atomic, "exchange", counted(real_exchange))
+        monkeypatch.setattr(writer.os, "replace", counted(real_replace))
+        monkeypatch.setattr(writer.atomic, "exchange", counted(real_exchange))
         try:
             _build(out, lib, session_cache)
             done = True

@@ -39,7 +39,7 @@ def _report_problem(f: Path) -> str | None:
 
 
 def run(args) -> int:
-    from casu_dataset.dataset.build import merge_folders
+    from casu_dataset.dataset.writer import merge_folders
 
     why = check_out(args.out, replaces=True)
     if why:

@@ -94,7 +94,7 @@ class BuildError(RunError, FieldError, RuntimeError):
     folder or the family and variant). Here, not in dataset/build.py, because families/ (a lower
     stage) raises it too; a build reports a failed family as skipped and goes on."""
 
-    # What was built and skipped (a dataset.build.BuildReport), when the refusal follows a build;
+    # What was built and skipped (a dataset.report.BuildReport), when the refusal follows a build;
     # typed Any because core imports no higher stage.
     report: Any = None
 

@@ -183,7 +183,7 @@ def eval_yaml(rows: dict, settings: dict) -> str:
 
 
 def dataset_card(rows: dict, report, settings: dict) -> str:
-    """`report`: the build.BuildReport (skipped scenes, review counts)."""
+    """`report`: the report.BuildReport (skipped scenes, review counts)."""
     import datasets
     import pyarrow
     import soundfile

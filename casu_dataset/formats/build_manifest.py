@@ -2,7 +2,7 @@
 
 A build writes `casu_build.json` into the folder it stages: the dataset identity (the lock it
 followed and the sha256 of each config's parquet files) and the sha256 and size of every file
-of the build. The staged folder then replaces the old one in one atomic swap (build.FolderWriter).
+of the build. The staged folder then replaces the old one in one atomic swap (writer.FolderWriter).
 Readers (`verify`) refuse a folder holding a file the build did not write (a stray or copied
 parquet file) or a file that is not the one it wrote (a config copied from another build),
 naming the file. A folder without the record (built by a CASU that wrote none, or by hand) is
