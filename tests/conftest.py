@@ -391,12 +391,13 @@ def _tone_scene(scene, k: int, sr: int = 16000) -> dict:
 def fixture_family_rows() -> dict[str, list[dict]]:
     """The rows of every config for the two fixture families, compiled for real and turned into
     rows by the build's own row writer, with tone audio instead of a render (well under a second)."""
-    from casu_dataset.dataset.build import CONFIGS, _rows
+    from casu_dataset.dataset.build import CONFIGS
+    from casu_dataset.dataset.rows import scene_rows
     from casu_dataset.families.compile import compile_families
 
     rows = {c: [] for c in CONFIGS}
     for k, scene in enumerate(compile_families(FAMILY_FIXTURE)):
-        for c, r in _rows(scene, _tone_scene(scene, k)).items():
+        for c, r in scene_rows(scene, _tone_scene(scene, k)).items():
             rows[c].extend(r)
     return rows
 

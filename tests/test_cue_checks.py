@@ -134,3 +134,34 @@ def test_fill_truth_over_every_recording_of_the_type_names_the_recording_that_sa
     assert st["below_min"] == sum(len(b["fills"]) for b in st["below"].values()) <= st["pairs"]
     report = fv.format_report(fv.counts(scenes), [], None, None, st, dataset_version="test")
     assert "ba__river_stream_waterfall__river_loop (river_stream_waterfall: 'A small brook babbles" in report
+
+
+def test_cues_measured_in_a_worker_equal_the_drivers_own(built):
+    """A pool worker measures its unit's cues where the stems are (measure_rows) and the driver's
+    meter takes them: the result is the meter's own, also when a row that must give its fill's
+    profile arrives without one (the meter then measures that row itself)."""
+    import pyarrow.parquet as pq
+
+    from casu_dataset.contract import SCENES_CONFIG
+
+    rows = [
+        r for f in sorted((built / SCENES_CONFIG).glob("*.parquet")) for r in pq.read_table(f).to_pylist()
+    ]
+    own = cc.CueMeter()
+    for r in rows:
+        own.add(r)
+    want = own.result()
+    measured = cc.measure_rows(rows)
+    assert set(measured) == {r["scene_id"] for r in rows if r["family_id"]}
+    with_profile = [sid for sid, (_, prof) in measured.items() if prof is not None]
+    assert len(with_profile) == len({(r["family_id"], r["fill"]) for r in rows if r["family_id"]})
+    fed = cc.CueMeter()
+    for r in rows:
+        fed.add(r, measured.get(r["scene_id"]))
+    assert fed.result() == want
+    # A first variant whose profile is missing: measured again by the meter, same result.
+    stripped = {sid: (row, None) for sid, (row, _) in measured.items()}
+    partly = cc.CueMeter()
+    for r in rows:
+        partly.add(r, stripped.get(r["scene_id"]))
+    assert partly.result() == want

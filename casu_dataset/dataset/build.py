@@ -12,10 +12,11 @@ seed, mix settings, retrieval settings, catalog, and the source of the code that
 scene), so an interrupted build resumes where it stopped and a rebuild with the same inputs
 writes byte-identical files.
 
-This module orchestrates (rows, build_dataset, the lock entries); the folder on disk (features,
-parquet shards, the atomic swap, merge_folders) is writer.py, the report report.py, the scene
-cache scene_cache.py, the executors executor.py / ray_executor.py, the card card.py (+ the
-*_template.md files), the Hub upload publish.py, and the task and column names contract.py.
+This module orchestrates (build_dataset, the lock entries); a scene's rows are rows.py, the
+folder on disk (features, parquet shards, the atomic swap, merge_folders) writer.py, the report
+report.py, the scene cache scene_cache.py, the executors executor.py / ray_executor.py, the card
+card.py (+ the *_template.md files), the Hub upload publish.py, and the task and column names
+contract.py.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ from pathlib import Path
 
 from casu_dataset import __version__
 from casu_dataset.contract import (
-    DESCRIPTION_TASK,
-    FAMILY_FIELDS,
-    SCENES_CONFIG,
     dataset_configs,
     mcq_configs,
 )
@@ -43,9 +41,9 @@ from casu_dataset.dataset.config import BuildConfig, ConfigError
 from casu_dataset.dataset.executor import build_units, prebuild
 from casu_dataset.dataset.report import BuildReport
 from casu_dataset.dataset.retrieval_plan import following, planner
+from casu_dataset.dataset.rows import scene_rows
 from casu_dataset.dataset.scene_cache import build_unit, clean_scene_cache
 from casu_dataset.dataset.writer import FolderWriter, check_writable, light
-from casu_dataset.families.compile import FamilyScene
 from casu_dataset.families.preflight import rejected_summary
 
 log = logging.getLogger(__name__)
@@ -58,83 +56,6 @@ def __getattr__(name):
     if name == "CONFIGS":
         return dataset_configs()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def family_fields(scene) -> dict:
-    """The dataset's family columns: null for a scene outside any contrast family (v1)."""
-    if not isinstance(scene, FamilyScene):
-        return dict.fromkeys(FAMILY_FIELDS)
-    return {
-        "family_id": scene.family_id or None,
-        "variant": scene.variant or None,
-        "family_shape": scene.shape or None,
-        "slot_kind": scene.slot_kind or None,
-        "speech_version": scene.speech_version or None,
-        "fill": scene.fill or None,
-        "speech_group": scene.speech_group or None,
-        "fill_group": scene.fill_group or None,
-    }
-
-
-def _rows(scene, built: dict) -> dict[str, list[dict]]:
-    ann, flac = built["annotation"], built["flac"]
-    s = scene.script
-    sid = s.id
-
-    def audio(k):
-        return {"bytes": flac[k], "path": f"{sid}/{k}.flac"}
-
-    rows: dict[str, list[dict]] = {c: [] for c in dataset_configs()}
-    fam = family_fields(scene)
-    rows[SCENES_CONFIG].append(
-        {
-            "scene_id": sid,
-            "place": s.place,
-            "speech_type": s.speech_type,
-            "description": scene.description,
-            "audio": audio("mixture"),
-            "background": audio("background"),
-            "speech": audio("speech"),
-            "events": audio("events"),
-            "script": s.dump_json(indent=None),
-            "annotation": json.dumps(ann, sort_keys=True),
-            "variant_of": scene.variant_of,
-            **fam,
-        }
-    )
-    for q in scene.questions:
-        rows[q.task].append(
-            {
-                "id": q.id,
-                "scene_id": sid,
-                "task": q.task,
-                "audio": audio("mixture"),
-                "question": q.question,
-                "options": q.options,
-                "answer": q.answer,
-                "rationale": q.rationale,
-                "layers": q.layers,
-                "minimal_pair_id": q.minimal_pair_id,
-                "place": s.place,
-                "speech_type": s.speech_type,
-                **fam,
-            }
-        )
-    if not scene.variant_of:
-        rows[DESCRIPTION_TASK].append(
-            {
-                "id": f"{sid}/description",
-                "scene_id": sid,
-                "audio": audio("mixture"),
-                "reference": scene.description,
-                "event_descriptions": [e.description for e in s.events],
-                "turns": [t.text for t in s.turns],
-                "place": s.place,
-                "speech_type": s.speech_type,
-                **fam,
-            }
-        )
-    return rows
 
 
 def shard_of(scene_ids: list[str], num_shards: int, shard_index: int) -> list[str]:
@@ -275,9 +196,10 @@ def build_dataset(
             ready.start()
             writer.prepare()
         for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
-            from_worker = None
+            from_worker, cues = None, None
             if ready is not None:  # local workers: this unit is in the cache once next() returns
-                from_worker = next(ready)  # ... and comes with it (None: the worker failed it)
+                got = next(ready)  # ... and comes with it, its cues measured (None: the worker failed it)
+                from_worker, cues = got if got is not None else (None, None)
                 if i == len(mine) - 1:
                     report.seconds["prebuild"] = time.perf_counter() - t0
             try:
@@ -301,7 +223,7 @@ def build_dataset(
                     report.drift.append(b["drift"])
                 if relock is not None:
                     entries.append(_lock_entry(scene.script.id, b, builder))
-                for c, r in _rows(scene, b).items():
+                for c, r in scene_rows(scene, b).items():
                     unit_rows[c].extend(r)
                     rows[c].extend(light(x) for x in r)
             # Every decision's effect on a row depends on its unit alone (a family is one unit), so
@@ -309,7 +231,7 @@ def build_dataset(
             if rv is not None:
                 apply_review(unit_rows, rv)
             for c, r in unit_rows.items():
-                writer.add(c, r)
+                writer.add(c, r, cues)
                 written[c].extend(_digest(light(x)) for x in r)
         if ready is not None:
             ready.close()

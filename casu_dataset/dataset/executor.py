@@ -13,12 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from casu_dataset.contract import SCENES_CONFIG
 from casu_dataset.core.errors import Field
 from casu_dataset.core.signals import ignoring_sigint
 from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
+from casu_dataset.dataset.rows import scene_rows
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
+from casu_dataset.mix.cue_checks import measure_rows
 
 if TYPE_CHECKING:
     from casu_dataset.dataset.ray_executor import RayRun
@@ -144,20 +147,27 @@ def _pool_init(spec: dict, seed: int, cache_dir: Path) -> None:
 def _pool_build(job):
     """Build one unit (with the driver's retrieval plan) in a worker; returns (pid, models loaded
     so far, the worker's stage seconds spent on it: the parent adds them up, so the build's stage
-    timers cover the work done in workers too, and the unit as build_unit returns it, None if it
-    failed: the parent then builds it itself, reporting the same reason)."""
+    timers cover the work done in workers too, the unit as build_unit returns it, None if it
+    failed: the parent then builds it itself, reporting the same reason, and its cues measured
+    here, where the stems are: cue_checks.measure_rows, {} if that failed: the parent measures)."""
     unit, plan = job
     st = _POOL_STATE
     builder = st["builder"]
     before = dict(builder.timings)
-    built = None
+    built, cues = None, {}
     try:
         follow_plan(builder, plan)
         built = build_unit(unit, st["seed"], builder, st["cache_dir"])
     except Exception:  # noqa: BLE001  (reported again, with the same reason, when the parent assembles)
         pass
+    if built is not None:
+        try:
+            rows = [scene_rows(s, built[s.script.id][0])[SCENES_CONFIG][0] for s in unit]
+            cues = measure_rows(rows)
+        except Exception:  # noqa: BLE001  (the parent measures the rows again and reports it)
+            cues = {}
     spent = {k: v - before.get(k, 0.0) for k, v in builder.timings.items()}
-    return os.getpid(), loaded_models(builder), spent, built
+    return os.getpid(), loaded_models(builder), spent, built, cues
 
 
 class PoolRun:
@@ -199,19 +209,22 @@ class PoolRun:
     def __iter__(self):
         return self
 
-    def __next__(self) -> dict | None:
+    def __next__(self) -> tuple[dict, dict] | None:
         """The next unit as build_unit returns it, every scene counted as a cache hit (as when the
-        parent read it back from the cache the worker filled); None: the worker failed it."""
+        parent read it back from the cache the worker filled), with its cues measured in the
+        worker (scene id -> cue_checks.measure_rows' value); None: the worker failed it."""
         self.start()
         if not self.results:
             raise StopIteration
-        pid, loaded, spent, built = self.results.popleft().get()
+        pid, loaded, spent, built, cues = self.results.popleft().get()
         self._submit()
         self.models[pid] = loaded
         if self.timings is not None:
             for k, v in spent.items():
                 self.timings[k] = self.timings.get(k, 0.0) + v
-        return None if built is None else {sid: (b, True) for sid, (b, _) in built.items()}
+        if built is None:
+            return None
+        return {sid: (b, True) for sid, (b, _) in built.items()}, cues
 
     def start(self) -> None:
         """Plan (`plans()`) and hand out the first units, once (the first next() does it too)."""

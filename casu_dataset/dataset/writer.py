@@ -234,7 +234,9 @@ class FolderWriter:
         for c in dataset_configs():
             self.schema(c)
 
-    def add(self, config: str, rows: Iterable[dict]) -> None:
+    def add(self, config: str, rows: Iterable[dict], cues: dict | None = None) -> None:
+        """Queue `rows` of `config` for writing; `cues`: the scene rows' cues a worker measured
+        (scene id -> cue_checks.measure_rows' value), else they are measured here."""
         for r in rows:
             self.pending[config].append(r)  # _convert starts a new list
             if config == SCENES_CONFIG and r.get("family_id"):
@@ -244,7 +246,7 @@ class FolderWriter:
                     from casu_dataset.mix.cue_checks import CueMeter
 
                     self.cues = CueMeter()
-                self.cues.add(r)
+                self.cues.add(r, (cues or {}).get(r["scene_id"]))
             if self.group_rows[config] + len(self.pending[config]) == ROW_GROUP_SIZE:
                 self._flush(config)
         # Converted as they come (while workers build the next units) rather than all at the end.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict, deque
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,22 @@ def _measure(r: dict, with_profile: bool) -> tuple[dict, np.ndarray | None]:
     return row, band_profile(cue_audio(stems, ann, kind)) if with_profile else None
 
 
+def measure_rows(rows: list[dict]) -> dict[str, tuple[dict, np.ndarray | None]]:
+    """The cue of each family row among `rows` (scenes-config rows, in build order), with the band
+    profile of the first variant of each (family, fill): what CueMeter would measure for them. A
+    build worker measures the unit it built (a family is one unit, so its variants arrive
+    together and in this order), where the stems are, instead of the driver decoding them again."""
+    out: dict[str, tuple[dict, np.ndarray | None]] = {}
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        if not r.get("family_id"):
+            continue
+        key = (r["family_id"], r["fill"])
+        out[r["scene_id"]] = _measure(r, key not in seen)
+        seen.add(key)
+    return out
+
+
 class CueMeter:
     """Measures the variants' cues as their rows arrive, `threads` rows at a time (default: one
     per core; FLAC decoding and filtering release the GIL), and collects them in arrival order, so
@@ -146,15 +163,22 @@ class CueMeter:
         self._rows: list[dict] = []
         self._profiles: defaultdict[str, dict] = defaultdict(dict)
 
-    def add(self, r: dict) -> None:
-        """One row of the scenes config (rows without a family carry no cue and are passed over)."""
+    def add(self, r: dict, measured: tuple[dict, np.ndarray | None] | None = None) -> None:
+        """One row of the scenes config (rows without a family carry no cue and are passed over).
+        `measured`: what `measure_rows` gave for it in a build worker (the same numbers from the
+        same bytes), used unless this row must give its fill's profile and it has none."""
         if not r.get("family_id"):
             return
         # The first variant of each (family, fill) in arrival order gives the fill's profile.
         fills = self._profiles[r["family_id"]]
         first = r["fill"] not in fills
         fills.setdefault(r["fill"], None)
-        self._pending.append((r["family_id"], r["fill"], first, self._pool.submit(_measure, r, first)))
+        if measured is not None and (measured[1] is not None or not first):
+            done: Future = Future()
+            done.set_result(measured)
+            self._pending.append((r["family_id"], r["fill"], first, done))
+        else:
+            self._pending.append((r["family_id"], r["fill"], first, self._pool.submit(_measure, r, first)))
         while len(self._pending) > self._max_pending:
             self._collect_one()
 
