@@ -22,6 +22,8 @@ import pytest
 from bad_input_corpus import OK, SKIP, Ctx, E, Outcome, call, classify, duplicate_ids
 from helpers import harness_argv
 
+from casu_dataset.core.env_vars import environment
+
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 sys.path.insert(0, str(FIXTURES))  # bad_adapters
@@ -482,16 +484,8 @@ BASE = "model: random\ndataset: DS\noutput_path: OUT\nno_probe: true\nquiet: tru
 
 def env_case(env: dict, *argv, model="random"):
     def go(c: Ctx) -> Outcome:
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with environment(env):
             return run(c, *argv, model=model)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     return go
 

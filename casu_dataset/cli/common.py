@@ -8,6 +8,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from casu_dataset.core.env_vars import environment
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.config import out_problem, replace_problem
 
@@ -125,14 +126,12 @@ def hub_offline():
     ours = [k for k in _OFFLINE_VARS if k not in os.environ]
     constants = sys.modules.get("huggingface_hub.constants")
     before = constants.HF_HUB_OFFLINE if constants is not None else None
-    os.environ.update({k: "1" for k in ours})
     if constants is not None and "HF_HUB_OFFLINE" in ours:
         constants.HF_HUB_OFFLINE = True
     try:
-        yield
+        with environment(dict.fromkeys(ours, "1")):
+            yield
     finally:
-        for k in ours:
-            os.environ.pop(k, None)
         constants = sys.modules.get("huggingface_hub.constants")
         if constants is not None and "HF_HUB_OFFLINE" in ours:  # imported before the command or by it
             constants.HF_HUB_OFFLINE = bool(before)

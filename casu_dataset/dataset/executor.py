@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from casu_dataset.contract import SCENES_CONFIG
+from casu_dataset.core.env_vars import environment
 from casu_dataset.core.errors import Field
 from casu_dataset.core.signals import ignoring_sigint
 from casu_dataset.dataset.config import ConfigError
@@ -188,20 +189,12 @@ class PoolRun:
         stats["worker_start"] = method = start_method()
         # The workers' BLAS and OpenMP pools are sized as they start (numpy is imported before
         # the initializer runs), so the split thread count goes in the environment they inherit.
+        # SIGINT is ignored while they start (inherited), even while importing.
         threads = {k: str(spec["threads"]) for k in THREAD_VARS}
-        saved = {k: os.environ.get(k) for k in THREAD_VARS}
-        os.environ.update(threads)
-        try:
-            with ignoring_sigint():  # the workers start with it ignored (inherited), even while importing
-                self.pool = mp.get_context(method).Pool(
-                    num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
-                )
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        with environment(threads), ignoring_sigint():
+            self.pool = mp.get_context(method).Pool(
+                num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
+            )
         self.results: deque = deque()
         self.jobs: Iterator | None = None  # the units with their plans, once planned
         self.window = 2 * num_proc + 2  # units handed out ahead: every worker busy, the next queued

@@ -1,0 +1,28 @@
+"""Environment variables set for the length of a block and then put back as they were (set to
+their old value, or unset again): the one place that saves and restores os.environ."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+
+@contextmanager
+def environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set each variable of `values` (None: unset it) inside the block; afterwards every one of
+    them is restored, also when the block raised."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
