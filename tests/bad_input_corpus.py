@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 from conftest import tiny_dataset
+from helpers import harness_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_YAML = ROOT / "tasks" / "role_inference.yaml"
@@ -113,19 +114,7 @@ class Ctx:
     extra: dict = field(default_factory=dict)
 
     def run(self, *argv, model="random", tasks="role_inference", ds=None) -> Outcome:
-        return harness(
-            "--model",
-            model,
-            "--tasks",
-            tasks,
-            "--dataset",
-            str(ds or self.ds),
-            "--output_path",
-            str(self.tmp / "res"),
-            "--quiet",
-            "--no_probe",
-            *argv,
-        )
+        return harness(*harness_argv(ds or self.ds, self.tmp / "res", *argv, model=model, tasks=tasks))
 
 
 # -- the expectations and their verdicts -----------------------------------------------------------
