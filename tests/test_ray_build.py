@@ -106,3 +106,63 @@ def test_bad_scene_is_skipped_exactly_as_locally(cluster, spec, tmp_path):
     assert len(a.skipped) == 4 and "nothing pronounceable" in a.skipped[0]["reason"]
     assert b.skipped == a.skipped and b.built == a.built
     assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
+
+
+def test_driver_takes_the_units_and_cues_the_actors_return(cluster, local, spec, tmp_path, monkeypatch):
+    """The driver assembles the units as the actors return them (never reading them back from the
+    cache) with the cues the actors measured (decoding no stem): the same bytes and cue summary as
+    one process, and the cache filled for a later build."""
+    import casu_dataset.dataset.build as build_mod
+    from casu_dataset.mix import cue_checks
+
+    reads, measured = [], []
+    real_build_unit, real_add = build_mod.build_unit, cue_checks.CueMeter.add
+
+    def counting_build_unit(unit, *a, **kw):
+        reads.append(unit[0].script.id)
+        return real_build_unit(unit, *a, **kw)
+
+    def recording_add(self, r, given=None):
+        if r.get("family_id"):
+            measured.append(given is not None)
+        return real_add(self, r, given)
+
+    monkeypatch.setattr(build_mod, "build_unit", counting_build_unit)
+    monkeypatch.setattr(cue_checks.CueMeter, "add", recording_add)
+    rep = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
+    assert reads == []  # no unit built or read back in the driver
+    assert measured == [True] * 8  # every variant's cue came from its actor
+    assert rep.cues == local[1].cues and rep.cues
+    assert rep.built == local[1].built and rep.cached == 8
+    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    # The actors' entries are in the driver's cache: a second build (one process) reads them all.
+    monkeypatch.setattr(build_mod, "build_unit", real_build_unit)
+    again = _build(tmp_path / "again", compile_families(FIXTURE), spec, tmp_path / "cache")
+    assert again.cached == 8 and _bytes(tmp_path / "again") == _bytes(local[0])
+
+
+def test_shipped_entries_carry_each_stem_once_and_store_the_same_files(spec, tmp_path):
+    """An actor off the driver's node ships its unit's entries with every stem of the unit given by
+    reference to the unit it returns (its audio travels once); the driver's copy of each entry
+    holds the same files, byte for byte, as the actor's cache."""
+    import pickle
+
+    from casu_dataset.core import cache_layout
+    from casu_dataset.dataset import ray_executor as rx
+    from casu_dataset.dataset.executor import build_units
+
+    unit = next(iter(build_units(compile_families(FIXTURE)).values()))
+    res = rx.build_task(unit, 0, spec, str(tmp_path / "actor"), ship=True)
+    assert res["error"] is None and sorted(res["built"]) == sorted(s.script.id for s in unit)
+    assert len(res["entries"]) == len(unit) and set(res["cues"]) == set(res["built"])
+    for files in res["entries"].values():
+        assert all(not isinstance(v, bytes) for f, v in files.items() if f.endswith(".flac"))
+    audio = sum(len(b) for e, _ in res["built"].values() for b in e["flac"].values())
+    assert len(pickle.dumps(res["entries"])) < audio / 10  # the stems are not in it again
+    for key, files in res["entries"].items():
+        assert rx.store_entry(tmp_path / "driver", key, rx.entry_files(files, res["built"]))
+        assert not rx.store_entry(tmp_path / "driver", key, rx.entry_files(files, res["built"]))
+        mine, theirs = (cache_layout.scenes_dir(tmp_path / c) / key for c in ("actor", "driver"))
+        assert _bytes(mine) == _bytes(theirs) and (theirs / "done").is_file()
+    # On the driver's node (its cache writable there) nothing is shipped: the entries are in place.
+    assert rx.build_task(unit, 0, spec, str(tmp_path / "actor"), ship=False)["entries"] == {}

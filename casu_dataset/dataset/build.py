@@ -197,7 +197,7 @@ def build_dataset(
             writer.prepare()
         for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
             from_worker, cues = None, None
-            if ready is not None:  # local workers: this unit is in the cache once next() returns
+            if ready is not None:  # pool workers or Ray actors: the unit once it is built and cached
                 got = next(ready)  # ... and comes with it, its cues measured (None: the worker failed it)
                 from_worker, cues = got if got is not None else (None, None)
                 if i == len(mine) - 1:

@@ -67,10 +67,10 @@ def prebuild(
     `stats["worker_models"]` collects, per worker process, the models it loaded (none, when the
     driver planned the retrieval and the speech cache is warm).
 
-    Local workers return an iterator that yields once per unit, in the order given, when that
-    unit is in the cache: the caller assembles unit i while the workers build the next ones
-    (close it to stop them). Ray's run (ray_executor.RayRun) yields the same way, the unit then
-    read back from the cache its actors' entries were stored in (None every time)."""
+    Local workers (PoolRun) and Ray's actors (ray_executor.RayRun) both return an iterator that
+    yields once per unit, in the order given: (the unit as build_unit returns it, its cues measured
+    where it was built), or None when its worker failed it (the caller builds it again and reports
+    why). The caller assembles unit i while the workers build the next ones (close it to stop them)."""
     if executor not in EXECUTORS:
         raise ConfigError(Field("executor"), f" {executor!r}: expected local or ray")
     if executor == "ray":

@@ -7,9 +7,11 @@ plans the retrieval (retrieval_plan.py) and sends each unit (a scene, or a contr
 four variants) with its planned query embeddings, so no actor loads the sentence-transformers
 model; a model an actor does need (a TTS engine on a cold speech cache, Whisper) loads once in
 that actor. An actor builds its unit into the scene cache exactly as a local worker does and
-returns the cache entries it used; the driver stores the ones its own cache lacks (so a cluster
-needs no shared filesystem), and `build_dataset` assembles the folder from the cache in a fixed
-order, unit by unit as they come back (RayRun): the output is byte-identical to `--num-proc 1`.
+returns the unit as build_unit returns it, with its cues measured where the stems are (as a pool
+worker does), and, when it is not on the driver's node, the cache entries it used, which the
+driver stores (so a cluster needs no shared filesystem, and a killed build resumes from them);
+`build_dataset` assembles the folder in a fixed order, unit by unit as they come back (RayRun),
+from the units returned, never reading them back: the output is byte-identical to `--num-proc 1`.
 
 Failures: an actor whose process dies is restarted and its unit retried by Ray (`max_retries`);
 a unit whose call is lost for good is built by the driver during assembly (nothing cached is
@@ -29,18 +31,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from casu_dataset.contract import SCENES_CONFIG
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
+from casu_dataset.dataset.rows import scene_rows
 from casu_dataset.dataset.scene_cache import build_unit
+from casu_dataset.mix.cue_checks import measure_rows
 
 log = logging.getLogger(__name__)
 
 GPU_ENGINES = ("kokoro", "zonos")
-ENTRY_FILES = ("annotation.json", "mixture.flac", "background.flac", "speech.flac", "events.flac", "done")
 
 _BUILDERS: dict[str, object] = {}  # per worker process: spec -> builder (models load once per process)
 IN_FLIGHT = 2  # calls queued per actor: the next unit is there when one finishes
+DONE = "done"  # an entry's last file: it is complete when this exists
 
 
 def require_ray():
@@ -81,47 +86,91 @@ def _local_cache(cache_dir: str) -> Path:
     return cache_layout.build_dir(Path(tempfile.gettempdir()) / "casu-ray-cache")
 
 
-def build_task(unit: list, seed: int, spec: dict, cache_dir: str, plan: dict | None = None) -> dict:
-    """Build one unit on a worker: {error, entries: {key: {file: bytes}}, pid, models}."""
+def build_task(
+    unit: list, seed: int, spec: dict, cache_dir: str, plan: dict | None = None, ship: bool = True
+) -> dict:
+    """Build one unit on a worker: {error, built, cues, entries, pid, models}. `built`: the unit as
+    build_unit returns it (None if it failed: the driver builds it again and reports the same
+    reason); `cues`: cue_checks.measure_rows of its rows, measured here where the stems are ({} if
+    that failed: the driver measures); `entries` (when `ship`: the driver's cache is not this
+    node's): the complete cache entries it used, {key: {file: bytes}}, a file that is one of
+    `built`'s stems given as (scene id, stem) instead, so each unit's audio travels once."""
     cache = _local_cache(cache_dir)
     touched: list[str] = []
     builder = _builder(spec)
+    built, cues, error = None, {}, None
     try:
         follow_plan(builder, plan)
-        build_unit(unit, seed, builder, cache, touched)
-        error = None
+        built = build_unit(unit, seed, builder, cache, touched)
     except Exception as err:  # reported again, with the same reason, when the driver assembles
         error = f"{type(err).__name__}: {err}"
-    entries = {}
+    if built is not None:
+        try:
+            cues = measure_rows([scene_rows(s, built[s.script.id][0])[SCENES_CONFIG][0] for s in unit])
+        except Exception:  # noqa: BLE001  (the driver measures the rows again and reports it)
+            cues = {}
+    entries = _entries(cache, touched, built) if ship or cache != Path(cache_dir) else {}
+    return {
+        "error": error,
+        "built": built,
+        "cues": cues,
+        "entries": entries,
+        "pid": os.getpid(),
+        "models": loaded_models(builder),
+    }
+
+
+def _entries(cache: Path, touched: list[str], built: dict | None) -> dict:
+    """The complete entries among `touched`, {key: {file: bytes | (scene id, stem)}}."""
+    stems = {b: (sid, k) for sid, (e, _) in (built or {}).items() for k, b in e["flac"].items()}
+    out = {}
     for key in dict.fromkeys(touched):
         d = cache_layout.scenes_dir(cache) / key
-        if (d / "done").is_file():
-            entries[key] = {f: (d / f).read_bytes() for f in ENTRY_FILES}
-    return {"error": error, "entries": entries, "pid": os.getpid(), "models": loaded_models(builder)}
+        if (d / DONE).is_file():
+            files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+            out[key] = {f: stems.get(b, b) for f, b in files.items()}
+    return out
+
+
+def entry_files(files: dict, built: dict | None) -> dict[str, bytes]:
+    """A shipped entry's files, the stems it refers to taken from the unit `built`."""
+    out = {}
+    for f, v in files.items():
+        if not isinstance(v, bytes):  # a reference: `built` came with it
+            sid, stem = v
+            v = (built or {})[sid][0]["flac"][stem]
+        out[f] = v
+    return out
 
 
 class BuildWorker:
     """A long-lived Ray actor: makes its builder once (imports and any model it loads stay warm),
     then builds the units it is sent."""
 
-    def __init__(self, spec: dict, seed: int, cache_dir: str):
+    def __init__(self, spec: dict, seed: int, cache_dir: str, driver_node: str | None = None):
+        import ray
+
         self.spec, self.seed, self.cache_dir = spec, seed, cache_dir
+        # On the driver's node the entries it builds are in the driver's cache already (when it
+        # can write there: build_task checks): none is shipped back.
+        self.ship = driver_node is None or ray.get_runtime_context().get_node_id() != driver_node
         _builder(spec)
 
     def build(self, unit: list, plan: dict | None = None) -> dict:
-        return build_task(unit, self.seed, self.spec, self.cache_dir, plan)
+        return build_task(unit, self.seed, self.spec, self.cache_dir, plan, self.ship)
 
 
 def store_entry(cache_dir: Path, key: str, files: dict[str, bytes]) -> bool:
     """Write a shipped cache entry unless present; atomic like build_scene's own writes."""
     d = cache_layout.scenes_dir(cache_dir) / key
-    if (d / "done").is_file():
+    if (d / DONE).is_file():
         return False
     tmp = atomic.tmp_path(d)
     tmp.mkdir(parents=True, exist_ok=True)
-    for f in ENTRY_FILES[:-1]:
-        (tmp / f).write_bytes(files[f])
-    (tmp / "done").write_bytes(files["done"])  # last: an entry is complete when `done` exists
+    for f, b in files.items():
+        if f != DONE:
+            (tmp / f).write_bytes(b)
+    (tmp / DONE).write_bytes(files[DONE])  # last: an entry is complete when `done` exists
     if d.exists():  # a half-written entry of a killed run: replace it
         shutil.rmtree(d, ignore_errors=True)
     tmp.replace(d)
@@ -141,9 +190,10 @@ def prebuild_ray(units: list, seed: int, spec: dict, cache_dir: Path, **kw) -> N
 
 class RayRun:
     """Units built on a pool of BuildWorker actors (`num_workers`, default one per CPU of the
-    cluster, never more than units), their entries stored in `cache_dir` as they come back.
-    `next()` returns once the next unit (in the given order) is in the cache, or was lost (the
-    driver then builds it): the driver assembles unit i while the actors build the next ones.
+    cluster, never more than units), the entries shipped back stored in `cache_dir` as they come.
+    `next()` returns the next unit (in the given order) as PoolRun does: (built, cues), every
+    scene counted as a cache hit, or None when its actor failed it or it was lost (the driver then
+    builds it): the driver assembles unit i while the actors build the next ones.
     Connects to `address` (a running cluster: `ray start --head`), or starts a local one when none
     is given and this process is not already connected; a cluster this run started is shut down
     by `close()`."""
@@ -198,35 +248,47 @@ class RayRun:
             # The spec goes by value: an actor restarted after its process died needs its arguments
             # again, and an object-store copy may be gone by then. The actors start (imports,
             # builder) while the driver plans.
-            self.workers = [actor.remote(spec, seed, str(cache_dir)) for _ in range(n)] if units else []
+            node = ray.get_runtime_context().get_node_id()
+            self.workers = [actor.remote(spec, seed, str(cache_dir), node) for _ in range(n)] if units else []
         except BaseException:
             self.close()
             raise
         self.queue: list | None = None  # (index, unit, plan) still to send, last first
         self.pending: dict = {}  # call -> (worker, index, unit)
         self.dead: set = set()
-        self.finished: set[int] = set()  # units stored in the cache or lost
+        self.held: dict[int, tuple | None] = {}  # units back (or lost), not yet handed to the driver
+        # Units out at once, sent or held: every actor busy with its next call queued, and as many
+        # units again back ahead of the one the driver waits for; the built units (their audio)
+        # waiting in the driver stay few however far the actors could run ahead.
+        self.window = (IN_FLIGHT + 1) * len(self.workers)
         self.next_index = 0
         self.bar = tqdm(total=len(units), desc="scenes (ray)", disable=not progress)
 
     def __iter__(self):
         return self
 
-    def __next__(self) -> None:
+    def __next__(self) -> tuple[dict, dict] | None:
+        """The next unit as build_unit returns it, every scene counted as a cache hit (as when the
+        driver read it back from the cache), with its cues measured in the actor (scene id ->
+        cue_checks.measure_rows' value); None: the actor failed it, or it was lost."""
         self.start()
         i = self.next_index
         if i >= len(self.units):
             raise StopIteration
-        while i not in self.finished:
+        while i not in self.held:
+            if not self.pending:
+                self._top_up()
             if self.pending:
                 self._collect_one()
             else:  # every actor died for good: the units never sent are built by the driver too
                 for j, unit, _ in reversed(self.queue or []):
                     self.stats["lost"].append((unit[0].script.id, "no live worker"))
-                    self.finished.add(j)
+                    self.held[j] = None
                 self.queue = []
         self.next_index += 1
-        return None  # the unit is in the cache (or lost): the driver reads (or builds) it there
+        got = self.held.pop(i)
+        self._top_up()
+        return got
 
     def start(self) -> None:
         """Plan (`plans()`) and send every actor its first units, once."""
@@ -235,37 +297,48 @@ class RayRun:
         plans = self.plans() if callable(self.plans) else self.plans
         jobs = list(zip(range(len(self.units)), self.units, plans or [None] * len(self.units)))
         self.queue = list(reversed(jobs))
-        for _ in range(IN_FLIGHT):  # round by round: a unit for every actor before a second one
-            for w in self.workers:
-                if self.queue:
-                    self._submit(w)
+        self._top_up()
 
-    def _submit(self, w) -> None:
-        assert self.queue is not None
-        i, unit, plan = self.queue.pop()
-        self.pending[w.build.remote(unit, plan)] = (w, i, unit)
+    def _top_up(self) -> None:
+        """Send units, in order, each to the live actor with the fewest calls queued (round by
+        round: a unit for every actor before a second one), while fewer than `window` are out."""
+        live = [w for w in self.workers if w not in self.dead]
+        while self.queue and live and len(self.pending) + len(self.held) < self.window:
+            calls = {w: 0 for w in live}
+            for w, _, _ in self.pending.values():
+                if w in calls:
+                    calls[w] += 1
+            w = min(live, key=calls.__getitem__)
+            if calls[w] >= IN_FLIGHT:
+                return
+            i, unit, plan = self.queue.pop()
+            self.pending[w.build.remote(unit, plan)] = (w, i, unit)
 
     def _collect_one(self) -> None:
-        """Wait for one call; store its entries (or count its unit lost)."""
+        """Wait for one call; store the entries it shipped and hold its unit (or count it lost)."""
         ray, stats = self.ray, self.stats
         done, _ = ray.wait(list(self.pending), num_returns=1)
         w, i, unit = self.pending.pop(done[0])
         self.bar.update()
-        self.finished.add(i)
         try:
             res = ray.get(done[0])
         except Exception as err:  # retries exhausted: the driver builds this unit itself
             stats["lost"].append((unit[0].script.id, f"{type(err).__name__}"))
             self.dead.add(w)  # its restarts are used up: the others take the queue
-            live = [x for x in self.workers if x not in self.dead]
-            while self.queue and live and len(self.pending) < IN_FLIGHT * len(live):
-                self._submit(live[len(self.queue) % len(live)])
+            self.held[i] = None
+            self._top_up()
             return
-        if self.queue:
-            self._submit(w)  # the freed actor's next unit, queued behind its other call
         self.models[res["pid"]] = res["models"]
         stats["failed"] += res["error"] is not None
-        stats["stored"] += sum(store_entry(self.cache_dir, k, f) for k, f in res["entries"].items())
+        built = res["built"]
+        # Stored for a later build (or a resume after a kill); this one uses `built` as it came.
+        stats["stored"] += sum(
+            store_entry(self.cache_dir, k, entry_files(f, built)) for k, f in res["entries"].items()
+        )
+        self.held[i] = (
+            None if built is None else ({sid: (b, True) for sid, (b, _) in built.items()}, res["cues"])
+        )
+        self._top_up()
 
     def close(self) -> None:
         """Stop (a cluster this run started is shut down) and name the units that were lost; once."""
