@@ -195,3 +195,38 @@ def test_a_warm_build_plans_its_retrieval_without_sentence_transformers_or_torch
     for other in (tmp_path / "second", tmp_path / "pool"):
         assert files == sorted(p.relative_to(other) for p in other.rglob("*") if p.is_file())
         assert all((first / f).read_bytes() == (other / f).read_bytes() for f in files), other
+
+
+def test_threads_and_a_forked_child_share_one_cache_object(tmp_path, caplog):
+    """An agent run's retrieval checks call encode from a thread pool, and a forked build worker
+    inherits its parent's cache object: both use it without an error, lose nothing, and never
+    treat a thread or fork mix-up as a damaged file."""
+    import multiprocessing as mp
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "embeddings" / "queries-test.sqlite"
+    cache = QueryCache(path)
+    cache.put({"first": _vector("first")})  # the connection is made on this thread
+
+    def work(w: int) -> None:
+        texts = [f"thread {w} {i}" for i in range(20)]
+        for t in texts:
+            cache.put({t: _vector(t)})
+        assert all(v.tobytes() == _vector(t).tobytes() for t, v in cache.get(texts).items())
+
+    with caplog.at_level(logging.WARNING), ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(8)))
+    texts = ["first", *(f"thread {w} {i}" for w in range(8) for i in range(20))]
+    assert len(QueryCache(path).get(texts)) == len(texts)
+    assert "unreadable" not in caplog.text and "not used" not in caplog.text
+
+    child = mp.get_context("fork").Process(target=_child_put, args=(cache,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    assert cache.get(["from the child"])["from the child"].tobytes() == _vector("from the child").tobytes()
+
+
+def _child_put(cache: QueryCache) -> None:
+    cache.put({"from the child": _vector("from the child")})
+    assert "from the child" in cache.get(["from the child"])

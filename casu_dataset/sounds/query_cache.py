@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sqlite3
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -39,12 +41,20 @@ class QueryCache:
         self._db: sqlite3.Connection | None = None
         self._off = False  # the file could not be used in this process: memo only from here on
         self._rebuilt = False  # a damaged file is started again once per process, not in a loop
+        # One connection per process, shared by its threads (the retrieval checks of an agent run
+        # call encode from a pool) under this lock; a forked child never uses its parent's.
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
 
     def _connect(self) -> sqlite3.Connection | None:
+        if self._pid != os.getpid():  # forked: the parent's connection is the parent's (never closed here)
+            self._db, self._pid = None, os.getpid()
         if self._db is None and not self._off:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                db = sqlite3.connect(
+                    str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
                 db.execute(
                     "CREATE TABLE IF NOT EXISTS vectors "
                     "(text TEXT PRIMARY KEY, vec BLOB NOT NULL, digest BLOB NOT NULL)"
@@ -60,7 +70,9 @@ class QueryCache:
         if self._db is not None:
             self._db.close()
             self._db = None
-        damaged = isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError)
+        # A damaged file raises DatabaseError itself ("file is not a database", "malformed"); its
+        # subclasses (locked, misuse) say nothing about the file, which is kept.
+        damaged = type(err) is sqlite3.DatabaseError
         if damaged and not self._rebuilt:
             log.warning(
                 "query-embedding cache %s is unreadable (%s): starting it again empty", self.path, err
@@ -75,7 +87,10 @@ class QueryCache:
     def get(self, texts: Iterable[str], dim: int | None = None) -> dict[str, np.ndarray]:
         """The stored vectors of those `texts` that have one (whose digest matches, and of length
         `dim` when given, else of the length most rows have)."""
-        texts = list(texts)
+        with self._lock:
+            return self._get(list(texts), dim)
+
+    def _get(self, texts: list[str], dim: int | None) -> dict[str, np.ndarray]:
         for _ in range(2):  # once more after a damaged file was started again
             db = self._connect()
             if db is None or not texts:
@@ -104,6 +119,10 @@ class QueryCache:
     def put(self, vectors: dict[str, np.ndarray]) -> None:
         """Store `vectors` in one transaction (a row already there is replaced: same text, same
         model, so the same vector, unless that row was damaged)."""
+        with self._lock:
+            self._put(vectors)
+
+    def _put(self, vectors: dict[str, np.ndarray]) -> None:
         db = self._connect()
         if db is None or not vectors:
             return
@@ -123,6 +142,7 @@ class QueryCache:
             self._unusable(err)
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
+        with self._lock:
+            if self._db is not None and self._pid == os.getpid():
+                self._db.close()
             self._db = None
