@@ -8,7 +8,6 @@ rules are in tests/bad_input_corpus.py."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -37,6 +36,8 @@ from bad_input_corpus import (
     write_task,
 )
 from conftest import tiny_dataset
+
+from casu_dataset.core.env_vars import environment
 
 # -- helpers that make one bad thing each -------------------------------------------------------
 
@@ -109,15 +110,8 @@ def _cache_ok(c: Ctx, p: Path) -> Outcome:
 
 
 def hub_offline(c: Ctx) -> Outcome:
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
+    with environment({"HF_HUB_OFFLINE": "1"}):
         return c.run(ds="nobody-here/no-such-dataset")
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
 
 
 def model_args(c: Ctx, text: str, model="random") -> Outcome:

@@ -16,6 +16,8 @@ from bad_input_corpus import Ctx, E, Outcome, call, casu, check_case, duplicate_
 from conftest import call_main, harness_run, tiny_dataset
 from fake_hub import FakeHub
 
+from casu_dataset.core.env_vars import environment
+
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory) -> Path:
@@ -72,16 +74,8 @@ def full_run(ds, tmp_path, ckpt_model):
 def push_offline(c: Ctx) -> Outcome:
     from harness.cli import main
 
-    old = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_TOKEN")}
-    os.environ.update(HF_HUB_OFFLINE="1", HF_TOKEN="hf_FAKEtokenFAKEtokenFAKEtoken1234")
-    try:
+    with environment({"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_FAKEtokenFAKEtokenFAKEtoken1234"}):
         return call(main, ["push", "--repo", "me/results", "--output_path", str(c.extra["results"])])
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # -- the corpus of bad inputs to the Hub commands: (id, run(ctx) -> Outcome, expectation) -------
@@ -208,7 +202,6 @@ def test_every_hub_command_is_one_line_and_exit_5_when_the_network_fails(
 def test_a_real_process_prints_one_line_quickly_when_the_hub_drops_connections(full_run, tmp_path):
     """In a process of its own (huggingface_hub's retry warnings would reach its stderr), the
     pull request fails fast: the repo is looked up first, and the upload's retries are quiet."""
-    import os
     import subprocess
     import sys
     import time

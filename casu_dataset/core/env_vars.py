@@ -8,6 +8,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 
+def _put(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 @contextmanager
 def environment(values: Mapping[str, str | None]) -> Iterator[None]:
     """Set each variable of `values` (None: unset it) inside the block; afterwards every one of
@@ -15,14 +22,8 @@ def environment(values: Mapping[str, str | None]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
     try:
         for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+            _put(k, v)
         yield
     finally:
         for k, old in saved.items():
-            if old is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = old
+            _put(k, old)

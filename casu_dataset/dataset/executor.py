@@ -13,16 +13,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from casu_dataset.contract import SCENES_CONFIG
 from casu_dataset.core.env_vars import environment
 from casu_dataset.core.errors import Field
 from casu_dataset.core.signals import ignoring_sigint
 from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
-from casu_dataset.dataset.rows import scene_rows
+from casu_dataset.dataset.rows import delivered, unit_cues
 from casu_dataset.dataset.scene_cache import build_unit
 from casu_dataset.families.compile import FamilyScene
-from casu_dataset.mix.cue_checks import measure_rows
 
 if TYPE_CHECKING:
     from casu_dataset.dataset.ray_executor import RayRun
@@ -155,18 +153,13 @@ def _pool_build(job):
     st = _POOL_STATE
     builder = st["builder"]
     before = dict(builder.timings)
-    built, cues = None, {}
+    built = None
     try:
         follow_plan(builder, plan)
         built = build_unit(unit, st["seed"], builder, st["cache_dir"])
     except Exception:  # noqa: BLE001  (reported again, with the same reason, when the parent assembles)
         pass
-    if built is not None:
-        try:
-            rows = [scene_rows(s, built[s.script.id][0])[SCENES_CONFIG][0] for s in unit]
-            cues = measure_rows(rows)
-        except Exception:  # noqa: BLE001  (the parent measures the rows again and reports it)
-            cues = {}
+    cues = unit_cues(unit, built)
     spent = {k: v - before.get(k, 0.0) for k, v in builder.timings.items()}
     return os.getpid(), loaded_models(builder), spent, built, cues
 
@@ -215,9 +208,7 @@ class PoolRun:
         if self.timings is not None:
             for k, v in spent.items():
                 self.timings[k] = self.timings.get(k, 0.0) + v
-        if built is None:
-            return None
-        return {sid: (b, True) for sid, (b, _) in built.items()}, cues
+        return delivered(built, cues)
 
     def start(self) -> None:
         """Plan (`plans()`) and hand out the first units, once (the first next() does it too)."""

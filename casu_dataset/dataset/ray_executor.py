@@ -31,13 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from casu_dataset.contract import SCENES_CONFIG
 from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
-from casu_dataset.dataset.rows import scene_rows
+from casu_dataset.dataset.rows import delivered, unit_cues
 from casu_dataset.dataset.scene_cache import build_unit
-from casu_dataset.mix.cue_checks import measure_rows
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +96,13 @@ def build_task(
     cache = _local_cache(cache_dir)
     touched: list[str] = []
     builder = _builder(spec)
-    built, cues, error = None, {}, None
+    built, error = None, None
     try:
         follow_plan(builder, plan)
         built = build_unit(unit, seed, builder, cache, touched)
     except Exception as err:  # reported again, with the same reason, when the driver assembles
         error = f"{type(err).__name__}: {err}"
-    if built is not None:
-        try:
-            cues = measure_rows([scene_rows(s, built[s.script.id][0])[SCENES_CONFIG][0] for s in unit])
-        except Exception:  # noqa: BLE001  (the driver measures the rows again and reports it)
-            cues = {}
+    cues = unit_cues(unit, built)
     entries = _entries(cache, touched, built) if ship or cache != Path(cache_dir) else {}
     return {
         "error": error,
@@ -335,9 +329,7 @@ class RayRun:
         stats["stored"] += sum(
             store_entry(self.cache_dir, k, entry_files(f, built)) for k, f in res["entries"].items()
         )
-        self.held[i] = (
-            None if built is None else ({sid: (b, True) for sid, (b, _) in built.items()}, res["cues"])
-        )
+        self.held[i] = delivered(built, res["cues"])
         self._top_up()
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import json
 
 from casu_dataset.contract import DESCRIPTION_TASK, FAMILY_FIELDS, SCENES_CONFIG, dataset_configs
 from casu_dataset.families.compile import FamilyScene
+from casu_dataset.mix.cue_checks import measure_rows
 
 
 def family_fields(scene) -> dict:
@@ -87,3 +88,24 @@ def scene_rows(scene, built: dict) -> dict[str, list[dict]]:
             }
         )
     return rows
+
+
+def unit_cues(unit: list, built: dict | None) -> dict:
+    """A built unit's cues (cue_checks.measure_rows of its scenes rows), measured by the pool
+    worker or Ray actor that built it, where the stems are; {} when it was not built or measuring
+    failed (the driver then measures the rows itself and reports why)."""
+    if built is None:
+        return {}
+    try:
+        return measure_rows([scene_rows(s, built[s.script.id][0])[SCENES_CONFIG][0] for s in unit])
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def delivered(built: dict | None, cues: dict) -> tuple[dict, dict] | None:
+    """A unit a worker built, as the driver takes it: every scene counted as a cache hit (as when
+    it was read back from the cache the worker filled), with its cues; None: the worker failed it
+    (the driver builds it itself and reports the same reason)."""
+    if built is None:
+        return None
+    return {sid: (b, True) for sid, (b, _) in built.items()}, cues
