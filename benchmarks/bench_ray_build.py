@@ -30,8 +30,11 @@ from pathlib import Path
 
 SIZES = (24, 96, 384, 1160)  # 1160: every scene of the library
 QUICK_SIZES = (8,)
-ROWS = ("one_process", "local_pool_2", "ray_1", "ray_2")
+ROWS = ("one_process", "local_pool_2", "ray_1", "ray_2", "ray_2_running")
 MULTINODE = "ray_2_nodes"
+RUNNING = (
+    "ray_2_running"  # a 2-CPU cluster started before the row (`ray start --head`), as on a shared cluster
+)
 COLD_N, COLD_ROWS = 96, ("one_process", "local_pool_2")  # measured once more with the query cache empty
 ROW_TIMEOUT_S = 3600
 HEAVY_MODULES = ("torch", "transformers", "sentence_transformers", "faster_whisper", "ctranslate2")
@@ -46,10 +49,18 @@ def scenes_of(n: int) -> list:
     return [s for s in scenes if s.family_id in keep]
 
 
-def build_row(row: str, n: int, out: Path, cache: Path, cold_queries: bool = False) -> dict:
+def build_row(
+    row: str, n: int, out: Path, cache: Path, cold_queries: bool = False, address: str | None = None
+) -> dict:
     """One row, in this (fresh) process: the build's stage seconds and the workers' models.
-    `cold_queries`: the query vectors go to an empty cache of the row's own (under `cache`)."""
+    `cold_queries`: the query vectors go to an empty cache of the row's own (under `cache`).
+    `address`: the running cluster of the RUNNING row (the build connects to it, as
+    `--ray-address` does, and leaves it running)."""
     t0 = time.perf_counter()
+    if row == "local_pool_2":  # as api.build does first thing: the workers' fork server imports meanwhile
+        from casu_dataset.dataset.executor import warm_pool
+
+        warm_pool(2)
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.mix.realize import make_builder
@@ -69,7 +80,9 @@ def build_row(row: str, n: int, out: Path, cache: Path, cold_queries: bool = Fal
 
         kw = {"executor": "ray"}
         opts = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        if row == MULTINODE:
+        if row == RUNNING:
+            kw["ray_address"] = address  # RayRun connects (and only disconnects at the end)
+        elif row == MULTINODE:
             from ray.cluster_utils import Cluster
 
             cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -88,7 +101,7 @@ def build_row(row: str, n: int, out: Path, cache: Path, cold_queries: bool = Fal
         rep = build_dataset(config, scenes, builder, builder_spec=spec)
         res["build_s"] = time.perf_counter() - t
     finally:
-        if row.startswith("ray"):
+        if row.startswith("ray") and row != RUNNING:
             import ray
 
             ray.shutdown()
@@ -98,6 +111,7 @@ def build_row(row: str, n: int, out: Path, cache: Path, cold_queries: bool = Fal
     # What the driver process imported: with warm caches, none of the model stacks.
     res["driver_heavy_imports"] = sorted(m for m in HEAVY_MODULES if m in sys.modules)
     res["worker_models"] = {str(k): v for k, v in rep.workers.get("worker_models", {}).items()}
+    res["worker_start"] = rep.workers.get("worker_start")
     return res
 
 
@@ -109,14 +123,32 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def _start_cluster() -> str:
+    """A local 2-CPU cluster, started (and waited for) in this process, outside the row's time:
+    its address, which the row connects to. ray.shutdown() here stops this cluster only."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray.get_runtime_context().gcs_address
+
+
 def _run_row(row: str, n: int, d: Path, cold_queries: bool = False) -> dict:
-    """A row in a fresh process; seconds: its whole wall time."""
+    """A row in a fresh process; seconds: its whole wall time (RUNNING: not the cluster's start
+    and stop, which happen around it)."""
     out = d / f"{row}_{n}"
     cmd = [sys.executable, __file__, "--row", row, "--scenes", str(n), "--out", str(out)]
     cmd += ["--cache", str(d / f"cache_{row}_{n}")] + (["--cold-queries"] if cold_queries else [])
+    address = _start_cluster() if row == RUNNING else None
+    cmd += ["--address", address] if address else []
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S)
-    seconds = time.perf_counter() - t
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S)
+        seconds = time.perf_counter() - t
+    finally:
+        if address:
+            import ray
+
+            ray.shutdown()
     if p.returncode != 0:
         raise RuntimeError(f"row {row} at N={n} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     detail = json.loads(p.stdout.strip().splitlines()[-1])
@@ -210,6 +242,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scenes", type=int)
     ap.add_argument("--out")
     ap.add_argument("--cache")
+    ap.add_argument("--address", help="the running cluster of the ray_2_running row (internal)")
     ap.add_argument(
         "--cold-queries", action="store_true", help="the row's query cache starts empty (internal)"
     )
@@ -217,7 +250,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models are local: no Hub look-up in a row
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if a.row:
-        print(json.dumps(build_row(a.row, a.scenes, Path(a.out), Path(a.cache), a.cold_queries)))
+        print(json.dumps(build_row(a.row, a.scenes, Path(a.out), Path(a.cache), a.cold_queries, a.address)))
         return 0
     print(json.dumps(run(quick=a.quick), indent=1))
     return 0

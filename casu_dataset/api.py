@@ -96,6 +96,10 @@ def build(config: BuildConfig) -> BuildResult:
         raise ConfigError(
             Field("scenarios"), f" {config.scenarios}: {str(err).removeprefix('scenarios: ')}"
         ) from None
+    if config.executor == "local" and config.num_proc > 1:
+        from casu_dataset.dataset.executor import warm_pool
+
+        warm_pool(config.num_proc)  # the workers' imports, while this process reads the library
     families = is_family_library(lib)
     invalid: list[dict] = []
     # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.

@@ -73,3 +73,35 @@ def test_a_locked_build_on_workers_loads_no_model(session_cache, tmp_path):
     assert _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
     models = pool.workers["worker_models"]
     assert models and all(m == [] for m in models.values()), models
+
+
+def test_workers_forked_from_the_warmed_fork_server_build_the_same_bytes(session_cache, tmp_path):
+    """api.build starts the pool's fork server first thing (warm_pool): its workers build the
+    same bytes as one process, and the record's file hashes (taken on the writer's IO threads as
+    each shard closed) are those of the files."""
+    from casu_dataset.core.audio_io import file_sha256
+    from casu_dataset.dataset.executor import warm_pool
+    from casu_dataset.formats import build_manifest
+
+    assert warm_pool(2)
+    spec = {"cache": str(session_cache), "check_speech": False}
+
+    def build(name, **kw):
+        config = BuildConfig(
+            out=tmp_path / name, cache=tmp_path / f"c{name}", progress=False, max_skips=None, **kw
+        )
+        return build_dataset(
+            config, compile_families(FIXTURE), fixture_builder(session_cache), builder_spec=spec
+        )
+
+    one, pool = build("one"), build("pool", num_proc=2)
+    assert pool.workers["worker_start"] == "forkserver"
+    assert pool.built == one.built and len(pool.built) == 8
+    assert _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
+    record = build_manifest.read(tmp_path / "pool")
+    assert record is not None
+    files = [p for p in sorted((tmp_path / "pool").rglob("*.parquet"))]
+    assert len(files) >= 6
+    for p in files:
+        rel = p.relative_to(tmp_path / "pool").as_posix()
+        assert record["files"][rel]["sha256"] == file_sha256(p), rel

@@ -20,8 +20,17 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _descendants(pid: int) -> list[int]:
+    """Children, grandchildren...: the pool's workers are the fork server's children."""
+    out = _children(pid)
+    for c in list(out):
+        out += _descendants(c)
+    return out
+
+
 def test_a_stopped_parallel_build_says_what_it_kept(tmp_path):
-    """Ctrl+C as a terminal sends it: to the whole process group, while the workers import.
+    """Ctrl+C as a terminal sends it: to the whole process group, while the fork server imports
+    the workers' stack and the driver loads its models; the fork server follows the driver out.
     (SIGTERM takes the same path in the parent: the review test below; a worker dies of it
     silently, as SIGTERM's default action is.)"""
     sig, code = signal.SIGINT, 130
@@ -45,10 +54,13 @@ def test_a_stopped_parallel_build_says_what_it_kept(tmp_path):
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )
     deadline = time.monotonic() + 120
-    while len(_children(p.pid)) < 3 and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.1)  # the resource tracker and the two spawned workers are up
-    time.sleep(1.0)  # the workers are importing the stack
+    # api.build starts the pool's fork server first thing, which imports the workers' stack while
+    # the driver reads the library and loads the retrieval model (several seconds here)
+    while not _descendants(p.pid) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1.0)
     assert p.poll() is None, p.communicate()
+    helpers = _descendants(p.pid)
     os.killpg(p.pid, sig)
     try:
         stdout, stderr = p.communicate(timeout=60)
@@ -66,6 +78,10 @@ def test_a_stopped_parallel_build_says_what_it_kept(tmp_path):
     assert f"--out {out} is as it was" in lines[0]
     assert sorted(x.name for x in out.iterdir()) == ["casu_build.json"]
     assert [x.name for x in tmp_path.iterdir() if ".tmp-" in x.name] == []
+    gone = time.monotonic() + 20  # the fork server (and any worker) follows the driver out
+    while any(Path(f"/proc/{pid}").exists() for pid in helpers) and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not [pid for pid in helpers if Path(f"/proc/{pid}").exists()]
 
 
 def test_sigterm_stops_the_review_server_with_one_line(tmp_path):

@@ -13,10 +13,15 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyloudnorm as pyln
-import scipy.signal
+
+if TYPE_CHECKING:
+    import pyloudnorm as pyln
+
+# pyloudnorm and scipy.signal are imported on first use (~0.8 s): a build's driver that only
+# plans and writes never measures loudness, and its forked workers import them in parallel.
 
 BLOCK_S = 0.400
 OVERLAP = 0.75
@@ -26,7 +31,9 @@ SILENCE_LUFS = -120.0  # reported for digital silence instead of -inf
 
 @functools.lru_cache(maxsize=8)
 def meter(sr: int) -> pyln.Meter:
-    return pyln.Meter(sr)
+    import pyloudnorm
+
+    return pyloudnorm.Meter(sr)
 
 
 def _fit_block(x: np.ndarray, sr: int) -> np.ndarray:
@@ -57,6 +64,8 @@ def _sos(sr: int) -> np.ndarray:
 
 
 def kweight(x: np.ndarray, sr: int) -> np.ndarray:
+    import scipy.signal
+
     return scipy.signal.sosfilt(_sos(sr), np.asarray(x, dtype=np.float64)).astype(np.float32)
 
 

@@ -12,6 +12,7 @@ import heapq
 import json
 import os
 import shutil
+import struct
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,6 +27,7 @@ from casu_dataset.contract import (
     mcq_configs,
 )
 from casu_dataset.core import atomic
+from casu_dataset.core.audio_io import file_sha256
 from casu_dataset.core.errors import BuildError, Field
 from casu_dataset.core.parquet_files import PARQUET_OPTIONS, row_groups
 from casu_dataset.dataset.card import attribution_file, dataset_card, eval_yaml
@@ -178,6 +180,37 @@ def light(row: dict) -> dict:
     }
 
 
+def is_audio_type(t) -> bool:
+    """datasets.Audio's arrow type: struct<bytes: binary, path: string>."""
+    import pyarrow as pa
+
+    return (
+        pa.types.is_struct(t)
+        and [f.name for f in t] == ["bytes", "path"]
+        and t.field("bytes").type == pa.binary()
+    )
+
+
+def audio_column(values: list, typ, pool):
+    """An audio column ({bytes, path} or None per row) as a chunk per row whose bytes are the
+    row's own bytes object, not a copy: joining the row group (combine_chunks) copies each once,
+    as pa.array would have, and gives the same array. Values that are not plain {bytes, path}
+    go through pa.array as they are."""
+    import pyarrow as pa
+
+    chunks = []
+    for v in values:
+        b = v.get("bytes") if isinstance(v, dict) else None
+        if isinstance(b, bytes) and set(v) <= {"bytes", "path"} and len(b) < 2**31:
+            offsets = pa.py_buffer(struct.pack("<ii", 0, len(b)))
+            data = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(b)])
+            path = pa.array([v.get("path")], type=pa.string(), memory_pool=pool)
+            chunks.append(pa.StructArray.from_arrays([data, path], fields=list(typ)))
+        else:
+            chunks.append(pa.array([v], type=typ, memory_pool=pool))
+    return pa.chunked_array(chunks, type=typ)
+
+
 class FolderWriter:
     """Streams a dataset into a staging folder beside `out` (`atomic.tmp_path(out)`), row group
     by row group (ROW_GROUP_SIZE rows), so memory holds one row group per config, never the
@@ -196,8 +229,12 @@ class FolderWriter:
             c: [] for c in dataset_configs()
         }  # converted rows of the next row group
         self.group_rows: dict[str, int] = dict.fromkeys(dataset_configs(), 0)  # ... and their count
+        self.groups: dict[str, int] = dict.fromkeys(dataset_configs(), 0)  # row groups handed out
+        # Owned by each config's IO thread (read here only after _drain): its shard files, its
+        # open shard as (ParquetWriter, rows, bytes), each closed shard's sha256.
         self.shards: dict[str, list[Path]] = {c: [] for c in dataset_configs()}
-        self.open: dict[str, tuple] = {}  # config -> (ParquetWriter, rows, bytes) of its open shard
+        self.open: dict[str, tuple] = {}
+        self.part_sha: dict[Path, str] = {}
         self.started = False
         self._finishing = False  # finish() queues its writes without waiting
         self._schemas: dict = {}
@@ -255,14 +292,18 @@ class FolderWriter:
     def _table(self, config: str, rows: list[dict]):
         """pa.Table.from_pylist(rows, schema), with the buffers from the system allocator: arrow's
         default (mimalloc) gives each row group fresh pages, and zeroing them (transparent huge
-        pages) cost a build more system time than its parquet writing took. The values are the same."""
+        pages) cost a build more system time than its parquet writing took. The audio columns are
+        views of the rows' FLAC bytes (one chunk a row, no copy: the one copy is made when the row
+        group is joined, _write_group); the values are the same."""
         import pyarrow as pa
 
         schema = self.schema(config)
         pool = pa.system_memory_pool()
         return pa.Table.from_arrays(
             [
-                pa.array([r.get(n) for r in rows], type=f.type, memory_pool=pool)
+                audio_column([r.get(n) for r in rows], f.type, pool)
+                if is_audio_type(f.type)
+                else pa.array([r.get(n) for r in rows], type=f.type, memory_pool=pool)
                 for n, f in zip(schema.names, schema)
             ],
             schema=schema,
@@ -276,23 +317,26 @@ class FolderWriter:
             self.pending[config] = []
 
     def _flush(self, config: str, empty_ok: bool = False) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+        """Hand the config's row group (its converted parts) to the config's IO thread."""
         self._convert(config)
         parts = self.parts[config]
         if not parts and not empty_ok:
             return
         self._start()
+        self.parts[config], self.group_rows[config] = [], 0
+        self.groups[config] += 1
+        self._submit(config, self._write_group, config, parts)
+
+    def _write_group(self, config: str, parts: list) -> None:
+        """On the config's IO thread, in submission order (so every shard boundary is decided as
+        one thread would): join the parts, write them as one row group, close the shard when full.
+        The configs' threads join and write their groups at once (pyarrow releases the GIL)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         pool = pa.system_memory_pool()
         # One chunk per column, as one conversion of all the rows gives (the same parquet bytes).
-        if not parts:
-            table = self._table(config, [])
-        elif len(parts) == 1:
-            table = parts[0]
-        else:
-            table = pa.concat_tables(parts).combine_chunks(memory_pool=pool)
-        self.parts[config], self.group_rows[config] = [], 0
+        table = pa.concat_tables(parts or [self._table(config, [])]).combine_chunks(memory_pool=pool)
         if config not in self.open:
             part = self.stage / config / f".shard{len(self.shards[config]):05d}.part"
             part.parent.mkdir(parents=True, exist_ok=True)
@@ -305,15 +349,28 @@ class FolderWriter:
                 0,
             )
         w, n, size = self.open[config]
-        self._submit(config, w.write_table, table, row_group_size=ROW_GROUP_SIZE)
+        w.write_table(table, row_group_size=ROW_GROUP_SIZE)
         n, size = n + table.num_rows, size + table.nbytes
         self.open[config] = (w, n, size)
         if n >= SHARD_ROWS or size >= SHARD_BYTES:
-            self._close(config)
+            self._close_shard(config)
+
+    def _close_shard(self, config: str) -> None:
+        """On the config's IO thread: close its open shard, hash it and flush it to disk there
+        (the configs' files in parallel, each while the others are still being written)."""
+        if config in self.open:
+            w, _, _ = self.open.pop(config)
+            w.close()
+            part = self.shards[config][-1]
+            self.part_sha[part] = file_sha256(part)
+            fd = os.open(part, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _close(self, config: str) -> None:
-        w, _, _ = self.open.pop(config)
-        self._submit(config, w.close)
+        self._submit(config, self._close_shard, config)
 
     def _submit(self, config: str, fn, *args, **kwargs) -> None:
         io = self._io.get(config)
@@ -343,18 +400,20 @@ class FolderWriter:
         self._finishing = True
         try:
             for c in dataset_configs():
-                if self.pending[c] or self.parts[c] or not self.shards[c]:
+                if self.pending[c] or self.parts[c] or not self.groups[c]:
                     self._flush(
                         c, empty_ok=True
                     )  # an empty config is one empty shard, as load_dataset expects
-                if c in self.open:
-                    self._close(c)
+                self._close(c)
             self._drain()
+            known = {}
             for c in dataset_configs():
                 n = len(self.shards[c])
                 for i, part in enumerate(self.shards[c]):
                     os.replace(part, self.stage / c / shard_name(i, n))
-            shas = build_manifest.file_hashes(self.stage)  # only the parquet files exist yet
+                    known[f"{c}/{shard_name(i, n)}"] = self.part_sha[part]
+            # Only the parquet files exist yet, each hashed as its IO thread closed it.
+            shas = build_manifest.file_hashes(self.stage, known)
             hashes = build_manifest.config_hashes(shas, dataset_configs())
             if on_configs is not None:
                 on_configs(hashes)

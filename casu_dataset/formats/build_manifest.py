@@ -46,9 +46,14 @@ def identity(lock: dict | None, configs: dict[str, str]) -> dict:
     return {**body, "sha256": content_key(body)}
 
 
-def file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every visible file of the folder, by path relative to it."""
-    return {p.relative_to(root).as_posix(): file_sha256(p) for p in _members(root)}
+def file_hashes(root: Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every visible file of the folder, by path relative to it; `known` (path ->
+    sha256) spares re-reading files hashed as they were written."""
+    known = known or {}
+    return {
+        rel: known.get(rel) or file_sha256(p)
+        for rel, p in ((p.relative_to(root).as_posix(), p) for p in _members(root))
+    }
 
 
 def config_hashes(shas: dict[str, str], configs: Iterable[str]) -> dict[str, str]:
