@@ -1,7 +1,10 @@
 """The build's scale curve: seconds to build N scenes of the shipped CASU-mini v2 library (whole
 contrast families, no Whisper, realization 1 without its lock, so every row retrieves) with one
-process, the local spawn pool of 2, and Ray with 1 and 2 workers, plus Ray on a two-node cluster
-on this machine (`ray.cluster_utils.Cluster`, one CPU a node) at the smallest N.
+process, the local pool of 2 (its workers forked from the fork server that api.build starts first
+thing, executor.warm_pool), Ray with 1 and 2 workers on a local cluster the row starts and stops,
+Ray with 2 workers on a running 2-CPU cluster (started and stopped outside the row's time, as a
+shared cluster is), plus Ray on a two-node cluster on this machine (`ray.cluster_utils.Cluster`,
+one CPU a node) at the smallest N.
 
 Every row is a fresh Python process and starts from the same state: the same warm speech cache
 and the same warm query-embedding cache (both filled by one warm-up build of the largest N
@@ -32,9 +35,9 @@ SIZES = (24, 96, 384, 1160)  # 1160: every scene of the library
 QUICK_SIZES = (8,)
 ROWS = ("one_process", "local_pool_2", "ray_1", "ray_2", "ray_2_running")
 MULTINODE = "ray_2_nodes"
-RUNNING = (
-    "ray_2_running"  # a 2-CPU cluster started before the row (`ray start --head`), as on a shared cluster
-)
+# Ray 2 on a 2-CPU cluster that is already running (started outside the row's time, as a shared
+# cluster is): the row connects (`--ray-address`), starts its actors and builds.
+RUNNING = "ray_2_running"
 COLD_N, COLD_ROWS = 96, ("one_process", "local_pool_2")  # measured once more with the query cache empty
 ROW_TIMEOUT_S = 3600
 HEAVY_MODULES = ("torch", "transformers", "sentence_transformers", "faster_whisper", "ctranslate2")
