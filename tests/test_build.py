@@ -259,15 +259,15 @@ KILL_DURING_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
 from casu_dataset.dataset.writer import FolderWriter, merge_folders
-real, calls = FolderWriter._close, []
-def dying(self, config):
+real, calls = FolderWriter._close_shard, []
+def dying(self, config):  # on the config's IO thread, as its shard closes
     real(self, config)
     calls.append(config)
     if len(calls) == 2:
         path = self.shards[config][-1]
         os.truncate(path, os.path.getsize(path) // 2)
         os.kill(os.getpid(), signal.SIGKILL)
-FolderWriter._close = dying
+FolderWriter._close_shard = dying
 merge_folders(sys.argv[1], [sys.argv[2]])
 """
 
