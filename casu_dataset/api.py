@@ -9,6 +9,7 @@ the library are loaded when `build` runs.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,6 +49,16 @@ def build(config: BuildConfig) -> BuildResult:
     bad library, LockError for a lock made for another library or other settings, and BuildError
     (exit code 1) when the build itself fails (fills that cannot be retrieved, too many skipped
     scenes, a scene that contradicts the lock); nothing is written then."""
+    try:
+        return _build(config)
+    finally:
+        ray_executor = sys.modules.get("casu_dataset.dataset.ray_executor")
+        if ray_executor is not None:  # the cluster and actors warm_ray started and no run took
+            ray_executor.release_warm()
+
+
+def _build(config: BuildConfig) -> BuildResult:
+    """build(), which see."""
     from casu_dataset.core.errors import BuildError
     from casu_dataset.dataset.build import build_dataset, build_settings
     from casu_dataset.families.compile import compile_families, is_family_library
@@ -100,6 +111,10 @@ def build(config: BuildConfig) -> BuildResult:
         from casu_dataset.dataset.executor import warm_pool
 
         warm_pool(config.num_proc)  # the workers' imports, while this process reads the library
+    elif config.executor == "ray":
+        from casu_dataset.dataset.ray_executor import warm_ray
+
+        warm_ray(config.builder_spec(), config.ray_address, config.ray_num_gpus)  # the same, on Ray
     families = is_family_library(lib)
     invalid: list[dict] = []
     # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.

@@ -166,3 +166,83 @@ def test_shipped_entries_carry_each_stem_once_and_store_the_same_files(spec, tmp
         assert _bytes(mine) == _bytes(theirs) and (theirs / "done").is_file()
     # On the driver's node (its cache writable there) nothing is shipped: the entries are in place.
     assert rx.build_task(unit, 0, spec, str(tmp_path / "actor"), ship=False)["entries"] == {}
+
+
+def test_warm_actors_are_adopted_and_build_the_same_bytes(cluster, local, spec, tmp_path):
+    """api.build starts the actors first thing (warm_ray): the build's run takes them, each call
+    bringing the build's job, and the bytes are one process's."""
+    from casu_dataset.dataset import ray_executor
+
+    ray_executor.warm_ray(spec)
+    assert len(ray_executor._WARM["actors"]) == 2 and not ray_executor._WARM["started"]
+    rep = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
+    assert ray_executor._WARM == {}  # taken by the run
+    assert rep.workers["warm_actors"] == 2
+    assert rep.built == local[1].built and rep.cached == 8
+    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    assert all(m == [] for m in rep.workers["worker_models"].values())
+
+
+def test_a_warm_actor_killed_mid_build_gets_its_job_again(cluster, local, spec, tmp_path):
+    """A warm actor is made without a spec: restarted after its process dies, it has the build's
+    job again from its next call."""
+    import psutil
+
+    from casu_dataset.dataset import ray_executor
+
+    ray_executor.warm_ray(spec)
+    killed, result = [], {}
+
+    def run():
+        result["rep"] = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.time() + 120
+    while not killed and t.is_alive() and time.time() < deadline:
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            if any(c.startswith("ray::BuildWorker.build") for c in (p.info["cmdline"] or [])):
+                os.kill(p.info["pid"], signal.SIGKILL)  # a warm worker dies mid-unit
+                killed.append(p.info["pid"])
+                break
+        time.sleep(0.02)
+    t.join(300)
+    assert killed, "no Ray build worker (actor) building to kill"
+    assert result["rep"].workers["warm_actors"] == 2
+    assert result["rep"].built == local[1].built
+    assert _bytes(tmp_path / "out") == _bytes(local[0])
+
+
+def test_warm_actors_no_run_took_are_released(cluster, spec):
+    from casu_dataset.dataset import ray_executor
+
+    ray_executor.warm_ray(spec)
+    actors = ray_executor._WARM["actors"]
+    ray_executor.release_warm()
+    assert ray_executor._WARM == {} and ray.is_initialized()  # the cluster was not warm_ray's
+    for a in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(a.build.remote([], None, None), timeout=60)
+
+
+def test_a_build_that_fails_after_warming_lets_its_actors_go(cluster, tmp_path, monkeypatch):
+    """api.build warms Ray's actors before it reads the library; a library that does not parse
+    fails the build (exit 2), and the actors no run took are killed."""
+    import casu_dataset
+    from casu_dataset.dataset import ray_executor
+
+    killed = []
+    real_kill = ray.kill
+    monkeypatch.setattr(ray, "kill", lambda a, **kw: (killed.append(a), real_kill(a, **kw)))
+    lib = tmp_path / "broken.yaml"
+    lib.write_text("families: [\n")
+    with pytest.raises(Exception) as err:
+        casu_dataset.build(
+            casu_dataset.BuildConfig(
+                out=tmp_path / "out", scenarios=lib, cache=tmp_path / "c", executor="ray"
+            )
+        )
+    assert getattr(err.value, "exit_code", None) == 2, err.value
+    assert ray_executor._WARM == {} and len(killed) == 2
+    assert ray.is_initialized()  # the cluster was the test's, not warm_ray's: still running
+    assert not (tmp_path / "out").exists()

@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 GPU_ENGINES = ("kokoro", "zonos")
 
 _BUILDERS: dict[str, object] = {}  # per worker process: spec -> builder (models load once per process)
+MAX_RETRIES = 3  # restarts of an actor whose process died, and retries of its call
+# What warm_ray started, until a RayRun adopts it (or release_warm lets it go): the actors, the GPU
+# share each asks for, and whether it started the cluster (which its adopter then stops).
+_WARM: dict = {}
 IN_FLIGHT = 2  # calls queued per actor: the next unit is there when one finishes
 DONE = "done"  # an entry's last file: it is complete when this exists
 
@@ -139,19 +143,92 @@ def entry_files(files: dict, built: dict | None) -> dict[str, bytes]:
 
 class BuildWorker:
     """A long-lived Ray actor: makes its builder once (imports and any model it loads stay warm),
-    then builds the units it is sent."""
+    then builds the units it is sent. Made without a spec (warm_ray), it only imports the workers'
+    stack, and each call brings its build's (spec, seed, cache folder, driver node): a restarted
+    actor, which runs __init__ again with the same arguments, has them from its next call."""
 
-    def __init__(self, spec: dict, seed: int, cache_dir: str, driver_node: str | None = None):
+    def __init__(
+        self, spec: dict | None = None, seed: int = 0, cache_dir: str = "", driver_node: str | None = None
+    ):
+        self.job: tuple | None = None
+        if spec is None:
+            import importlib
+
+            from casu_dataset.dataset.executor import WORKER_PRELOAD
+
+            for m in WORKER_PRELOAD:
+                importlib.import_module(m)
+        else:
+            self._setup((spec, seed, cache_dir, driver_node))
+
+    def _setup(self, job: tuple) -> None:
         import ray
 
-        self.spec, self.seed, self.cache_dir = spec, seed, cache_dir
+        spec, self.seed, self.cache_dir, driver_node = job
+        self.spec, self.job = spec, job
         # On the driver's node the entries it builds are in the driver's cache already (when it
         # can write there: build_task checks): none is shipped back.
         self.ship = driver_node is None or ray.get_runtime_context().get_node_id() != driver_node
         _builder(spec)
 
-    def build(self, unit: list, plan: dict | None = None) -> dict:
+    def build(self, unit: list, plan: dict | None = None, job: tuple | None = None) -> dict:
+        if job is not None and job != self.job:
+            self._setup(job)
         return build_task(unit, self.seed, self.spec, self.cache_dir, plan, self.ship)
+
+
+def _actor_class(gpus: float, max_retries: int):
+    ray = require_ray()
+    return ray.remote(BuildWorker).options(
+        num_cpus=1, num_gpus=gpus, max_restarts=max_retries, max_task_retries=max_retries
+    )
+
+
+def _actor_count(ray, gpus: float) -> int:
+    """One actor per CPU of the cluster; with a GPU share each, no more than the shares."""
+    have = ray.cluster_resources()
+    n = max(1, int(have.get("CPU", 1)))
+    if gpus:  # an actor holds its GPU share for the whole build
+        n = min(n, max(1, int(have.get("GPU", 0) / gpus + 1e-9)))
+    return n
+
+
+def warm_ray(spec: dict, address: str | None = None, num_gpus: float | None = None) -> None:
+    """Connect to the cluster at `address` (or start a local one) now and start its actors, which
+    import the workers' stack while the driver reads the library and plans; the build's RayRun
+    adopts them and the cluster (stopping one started here at its end). api.build calls it first
+    thing; release_warm lets go of what no run adopted (a build that failed before its run)."""
+    ray = require_ray()
+    if _WARM:
+        return
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    _WARM["started"] = started
+    gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
+    if gpus and not ray.cluster_resources().get("GPU"):
+        return  # RayRun says so, naming the flags
+    actor = _actor_class(gpus, MAX_RETRIES)
+    _WARM.update(gpus=gpus, actors=[actor.remote() for _ in range(_actor_count(ray, gpus))])
+
+
+def _take_warm() -> dict:
+    warm = dict(_WARM)
+    _WARM.clear()
+    return warm
+
+
+def release_warm() -> None:
+    """Kill the actors warm_ray started and stop the cluster it started, unless a run took them."""
+    warm = _take_warm()
+    if not warm:
+        return
+    import ray
+
+    for a in warm.get("actors", []):
+        ray.kill(a)
+    if warm.get("started"):
+        ray.shutdown()
 
 
 def store_entry(cache_dir: Path, key: str, files: dict[str, bytes]) -> bool:
@@ -200,7 +277,7 @@ class RayRun:
         cache_dir: Path,
         address: str | None = None,
         num_gpus: float | None = None,
-        max_retries: int = 3,
+        max_retries: int = MAX_RETRIES,
         progress: bool = True,
         stats: dict | None = None,
         plans: Callable[[], list | None] | list | None = None,
@@ -214,9 +291,11 @@ class RayRun:
         stats.update(stored=0, failed=0, lost=[])
         self.warned = 0
         self.bar: Any = None
-        self.started = not ray.is_initialized()
-        if self.started:
+        warm = _take_warm()  # warm_ray's cluster and actors, when api.build started them
+        self.started = bool(warm.get("started")) or not ray.is_initialized()
+        if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self.job: tuple | None = None
         try:
             gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
             if gpus and not ray.cluster_resources().get("GPU"):
@@ -231,19 +310,25 @@ class RayRun:
                 )
             spec = {**spec, "threads": 1}
             self.models = stats.setdefault("worker_models", {})
-            have = ray.cluster_resources()
-            n = num_workers or max(1, int(have.get("CPU", 1)))
-            if gpus:  # an actor holds its GPU share for the whole build: no more actors than shares
-                n = min(n, max(1, int(have.get("GPU", 0) / gpus + 1e-9)))
-            n = max(1, min(n, len(units)))
-            actor = ray.remote(BuildWorker).options(
-                num_cpus=1, num_gpus=gpus, max_restarts=max_retries, max_task_retries=max_retries
-            )
-            # The spec goes by value: an actor restarted after its process died needs its arguments
-            # again, and an object-store copy may be gone by then. The actors start (imports,
-            # builder) while the driver plans.
+            n = max(1, min(num_workers or _actor_count(ray, gpus), len(units)))
             node = ray.get_runtime_context().get_node_id()
-            self.workers = [actor.remote(spec, seed, str(cache_dir), node) for _ in range(n)] if units else []
+            ready = warm.get("actors", [])
+            if ready and warm.get("gpus") == gpus and max_retries == MAX_RETRIES and len(ready) >= n:
+                # Started (and importing) since api.build began; each call brings the build's job.
+                self.workers = ready[:n] if units else []
+                self.job = (spec, seed, str(cache_dir), node)
+                stats["warm_actors"] = len(self.workers)
+                ready = ready[len(self.workers) :]
+            else:
+                # The spec goes by value: an actor restarted after its process died needs its
+                # arguments again, and an object-store copy may be gone by then. The actors start
+                # (imports, builder) while the driver plans.
+                actor = _actor_class(gpus, max_retries)
+                self.workers = (
+                    [actor.remote(spec, seed, str(cache_dir), node) for _ in range(n)] if units else []
+                )
+            for a in ready:  # warm actors this run does not use
+                ray.kill(a)
         except BaseException:
             self.close()
             raise
@@ -306,7 +391,7 @@ class RayRun:
             if calls[w] >= IN_FLIGHT:
                 return
             i, unit, plan = self.queue.pop()
-            self.pending[w.build.remote(unit, plan)] = (w, i, unit)
+            self.pending[w.build.remote(unit, plan, self.job)] = (w, i, unit)
 
     def _collect_one(self) -> None:
         """Wait for one call; store the entries it shipped and hold its unit (or count it lost)."""
