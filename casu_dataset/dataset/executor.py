@@ -20,6 +20,7 @@ from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.rows import delivered, unit_cues
 from casu_dataset.dataset.scene_cache import build_unit
+from casu_dataset.dataset.worker_stack import WORKER_PRELOAD
 from casu_dataset.families.compile import FamilyScene
 
 if TYPE_CHECKING:
@@ -110,15 +111,6 @@ THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 FORK_UNSAFE = ("torch", "ctranslate2", "onnxruntime", "tensorflow", "jax")
 
 
-# What a pool worker runs with, imported once in the fork server (warm_pool) rather than in each
-# worker: the unit builder, the mixer and its loudness (pyloudnorm, scipy.signal: ~0.8 s alone).
-WORKER_PRELOAD = (
-    "casu_dataset.dataset.executor",
-    "casu_dataset.mix.realize",
-    "casu_dataset.mix.cue_checks",
-    "pyloudnorm",
-    "scipy.signal",
-)
 _FORKSERVER: dict = {}  # the environment and thread count warm_pool started it with
 # Set by torch's import in this process (a cold query cache loads the model): a worker that imports
 # torch sets them itself, so they do not make the fork server's environment another one.

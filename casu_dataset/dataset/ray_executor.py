@@ -152,12 +152,9 @@ class BuildWorker:
     ):
         self.job: tuple | None = None
         if spec is None:
-            import importlib
+            from casu_dataset.dataset.worker_stack import preload
 
-            from casu_dataset.dataset.executor import WORKER_PRELOAD
-
-            for m in WORKER_PRELOAD:
-                importlib.import_module(m)
+            preload()
         else:
             self._setup((spec, seed, cache_dir, driver_node))
 
