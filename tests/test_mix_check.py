@@ -135,3 +135,46 @@ def test_ratio_catches_what_whisper_misses(clips_dir, speech_wavs, checker, tmp_
     msg = str(err.value)
     ratio = float(msg.split("speech-to-rest ")[1].split(" dB")[0])
     assert -3.0 < ratio < DEFAULT_MIN_RATIO_DB and "turn 0" in msg
+
+
+def test_exact_sum_is_fsum_bit_for_bit():
+    """The mix check's and the loudness gate's sums: exact_sum gives math.fsum's value (the
+    correctly rounded sum) on squares of K-weighted audio, wide dynamic ranges, subnormals,
+    cancellation, signed zeros, and falls back where fsum overflows."""
+    import math
+
+    import numpy as np
+
+    from casu_dataset.core.loudness import exact_sum, kweight
+
+    rng = np.random.default_rng(7)
+    cases = [np.square(kweight(rng.uniform(-0.5, 0.5, 32000), 16000), dtype=np.float64)]
+    for k in (1, 2, 17, 1000, 50000):
+        cases += [
+            np.square(rng.standard_normal(k).astype(np.float32), dtype=np.float64),
+            rng.standard_normal(k) * 10.0 ** rng.integers(-300, 300, k),
+            rng.standard_normal(k) * 1e-310,  # subnormals
+        ]
+        b = rng.standard_normal(k)
+        cases.append(np.concatenate([b, -b, [1e-20]]))  # all but a tiny term cancels
+    cases += [
+        np.array(v, dtype=np.float64)
+        for v in (
+            [0.0],
+            [-0.0],
+            [-0.0, -0.0],
+            [0.1] * 10,
+            [1e16, 1.0, -1e16],
+            [2.0**-1074] * 7,
+            [1.0, 2.0**-53],
+            [1.0, 2.0**-53, 2.0**-105],
+        )
+    ]
+    for a in cases:
+        got, want = exact_sum(a), math.fsum(a)
+        assert got == want and math.copysign(1, got) == math.copysign(1, want), (a[:4], got, want)
+    big = np.array([1.7976931348623157e308, 1e292])
+    with pytest.raises(OverflowError):
+        math.fsum(big)
+    with pytest.raises(OverflowError):
+        exact_sum(big)

@@ -74,7 +74,7 @@ def gated_lufs(kw: np.ndarray, sr: int, support: list[tuple[int, int]] | None = 
 
     Portable to the last bit: the block energies are exact integer sums (see `_scale`), the
     gates are compared as energies (no vectorised log10, whose AVX-512 loop differs from the
-    scalar one in the last bit) and the means are exact sums (math.fsum).
+    scalar one in the last bit) and the means are exact sums (exact_sum: math.fsum's value).
 
     `support`: sorted, disjoint [start, end) spans outside which `kw` is exactly zero (a layer's
     placed clips); only those samples are read, and the result is the same to the last bit."""
@@ -186,6 +186,37 @@ def _checked_spans(spans) -> list[tuple[int, int]]:
     return out
 
 
+def exact_sum(values) -> float:
+    """math.fsum(values) for a float64 array, bit for bit (both are the correctly rounded sum), in
+    numpy: several times faster on a turn's 10**5 squares. From its bits, each value is
+    +-m * 2**(E - 1075), m an integer below 2**53 and E its biased exponent; m splits into
+    2**26 * hi + lo, and the his and los of each exponent are summed as floats (np.bincount), exact
+    while a sum stays below 2**53 (2**26 values at most); Python ints then join the exponents
+    exactly, and int / 2**k rounds correctly. Every step is exact, so the value is the same on every
+    CPU, whatever order numpy adds in. Non-finite values, more than 2**26 of them, and a
+    sum of zero (fsum keeps -0.0) or beyond the largest float go to math.fsum."""
+    a = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    if a.size == 0 or a.size > 1 << 26 or not np.isfinite(a).all():
+        return math.fsum(a)
+    bits = a.view(np.int64)
+    exp = (bits >> 52) & 0x7FF
+    mant = bits & ((1 << 52) - 1)
+    mant |= (exp > 0).astype(np.int64) << 52  # the implicit bit of a normal number
+    np.maximum(exp, 1, out=exp)  # a subnormal's exponent is the smallest normal one's
+    mant = np.where(bits < 0, -mant, mant)
+    hi = np.bincount(exp, weights=(mant >> 26).astype(np.float64))
+    lo = np.bincount(exp, weights=(mant & ((1 << 26) - 1)).astype(np.float64))
+    total = 0
+    for k in np.flatnonzero((hi != 0) | (lo != 0)):
+        total += ((int(hi[k]) << 26) + int(lo[k])) << int(k)
+    if total == 0:
+        return math.fsum(a)
+    try:
+        return total / (1 << 1075)  # an exact int, one correctly rounded division
+    except OverflowError:  # beyond the largest float: as fsum has it
+        return math.fsum(a)
+
+
 def _gate(sums: np.ndarray, scale: float, sr: int) -> float:
     """Integrated loudness from the blocks' integer sums of quantised squares."""
     z = sums.astype(np.float64) / (scale * scale) / int(BLOCK_S * sr)  # the blocks' mean squares
@@ -194,11 +225,11 @@ def _gate(sums: np.ndarray, scale: float, sr: int) -> float:
     if not keep.any():
         return SILENCE_LUFS
     # lj > (loudness of the kept blocks) - 10 LU  <=>  z > mean(kept z) / 10
-    mean = math.fsum(z[keep]) / int(keep.sum())
+    mean = exact_sum(z[keep]) / int(keep.sum())
     keep &= z > mean / 10.0
     if not keep.any():
         return SILENCE_LUFS
-    return -0.691 + 10.0 * math.log10(math.fsum(z[keep]) / int(keep.sum()))
+    return -0.691 + 10.0 * math.log10(exact_sum(z[keep]) / int(keep.sum()))
 
 
 def merged_spans(spans) -> list[tuple[int, int]]:

@@ -29,7 +29,7 @@ import numpy as np
 from casu_dataset.core import atomic
 from casu_dataset.core.audio_io import resample
 from casu_dataset.core.errors import RunError
-from casu_dataset.core.loudness import kweight
+from casu_dataset.core.loudness import exact_sum, kweight
 
 # Measured on CASU-mini (113 scenes, 237 turns, seed 0): turns no event overlaps sit at 8.5 dB
 # and up (median 13.6); the 19 overlapped turns at -0.8 to 11 dB. Below 3 dB speech is under
@@ -69,8 +69,8 @@ def speech_to_rest_db(stems: dict[str, np.ndarray], lo: int, hi: int, sr: int) -
     speech = stems["speech"][lo:hi]
     rest = stems["background"][lo:hi] + stems["events"][lo:hi]
     # Exact sums and scalar log10: the same dB on every CPU (see loudness.gated_lufs).
-    ps = math.fsum(np.square(kweight(speech, sr), dtype=np.float64)) / (hi - lo)
-    pr = math.fsum(np.square(kweight(rest, sr), dtype=np.float64)) / (hi - lo)
+    ps = exact_sum(np.square(kweight(speech, sr), dtype=np.float64)) / (hi - lo)
+    pr = exact_sum(np.square(kweight(rest, sr), dtype=np.float64)) / (hi - lo)
     if ps <= 0.0 or pr <= 0.0:
         return -RATIO_LIMIT_DB if ps <= 0.0 else RATIO_LIMIT_DB
     return min(RATIO_LIMIT_DB, max(-RATIO_LIMIT_DB, 10.0 * math.log10(ps / pr)))
