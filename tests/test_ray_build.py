@@ -71,7 +71,9 @@ def test_ray_build_is_byte_identical(cluster, local, spec, tmp_path):
     assert 1 <= len(models) <= 2 and all(m == [] for m in models.values()), models
 
 
-def test_killed_worker_is_retried_and_output_identical(cluster, local, spec, tmp_path):
+def _build_killing_a_worker(spec, tmp_path, title: str, poll: float):
+    """A Ray build while the first actor process whose title starts with `title` is SIGKILLed;
+    (its report, the pids killed)."""
     import psutil
 
     killed, result = [], {}
@@ -84,14 +86,19 @@ def test_killed_worker_is_retried_and_output_identical(cluster, local, spec, tmp
     deadline = time.time() + 120
     while not killed and t.is_alive() and time.time() < deadline:
         for p in psutil.process_iter(["pid", "cmdline"]):
-            if any(c.startswith("ray::BuildWorker") for c in (p.info["cmdline"] or [])):
-                os.kill(p.info["pid"], signal.SIGKILL)  # a worker dies mid-task
+            if any(c.startswith(title) for c in (p.info["cmdline"] or [])):
+                os.kill(p.info["pid"], signal.SIGKILL)
                 killed.append(p.info["pid"])
                 break
-        time.sleep(0.05)
+        time.sleep(poll)
     t.join(300)
+    return result.get("rep"), killed
+
+
+def test_killed_worker_is_retried_and_output_identical(cluster, local, spec, tmp_path):
+    rep, killed = _build_killing_a_worker(spec, tmp_path, "ray::BuildWorker", 0.05)  # dies mid-task
     assert killed, "no Ray build worker (actor) to kill"
-    assert result["rep"].built == local[1].built
+    assert rep.built == local[1].built
     assert _bytes(tmp_path / "out") == _bytes(local[0])
 
 
@@ -186,30 +193,14 @@ def test_warm_actors_are_adopted_and_build_the_same_bytes(cluster, local, spec, 
 def test_a_warm_actor_killed_mid_build_gets_its_job_again(cluster, local, spec, tmp_path):
     """A warm actor is made without a spec: restarted after its process dies, it has the build's
     job again from its next call."""
-    import psutil
-
     from casu_dataset.dataset import ray_executor
 
     ray_executor.warm_ray(spec)
-    killed, result = [], {}
-
-    def run():
-        result["rep"] = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.time() + 120
-    while not killed and t.is_alive() and time.time() < deadline:
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            if any(c.startswith("ray::BuildWorker.build") for c in (p.info["cmdline"] or [])):
-                os.kill(p.info["pid"], signal.SIGKILL)  # a warm worker dies mid-unit
-                killed.append(p.info["pid"])
-                break
-        time.sleep(0.02)
-    t.join(300)
+    # a warm worker dies mid-unit (its title names the method while it runs one)
+    rep, killed = _build_killing_a_worker(spec, tmp_path, "ray::BuildWorker.build", 0.02)
     assert killed, "no Ray build worker (actor) building to kill"
-    assert result["rep"].workers["warm_actors"] == 2
-    assert result["rep"].built == local[1].built
+    assert rep.workers["warm_actors"] == 2
+    assert rep.built == local[1].built
     assert _bytes(tmp_path / "out") == _bytes(local[0])
 
 

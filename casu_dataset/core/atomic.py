@@ -151,12 +151,17 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def fsync_path(path: str | Path) -> None:
+    """Flush one file (or folder entry list) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(root: Path) -> None:
     """Flush every file and folder under `root` to disk (before it is swapped into place)."""
     for d, _, files in os.walk(root):
         for name in [*files, "."]:
-            fd = os.open(os.path.join(d, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(os.path.join(d, name))

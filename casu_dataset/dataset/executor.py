@@ -117,6 +117,11 @@ _FORKSERVER: dict = {}  # the environment and thread count warm_pool started it 
 SET_BY_IMPORTS = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TORCHINDUCTOR_CACHE_DIR")
 
 
+def worker_threads(num_proc: int) -> int:
+    """Each of `num_proc` workers' share of this machine's CPUs: its BLAS/OpenMP/torch threads."""
+    return max(1, (os.cpu_count() or 1) // max(1, num_proc))
+
+
 def _environ() -> dict:
     return {k: v for k, v in os.environ.items() if k not in SET_BY_IMPORTS}
 
@@ -131,7 +136,7 @@ def warm_pool(num_proc: int) -> bool:
 
     if num_proc < 2 or "forkserver" not in mp.get_all_start_methods():
         return False
-    threads = max(1, (os.cpu_count() or 1) // num_proc)
+    threads = worker_threads(num_proc)
     if _FORKSERVER:
         return True
     from multiprocessing import forkserver
@@ -153,7 +158,7 @@ def start_method(num_proc: int = 0) -> str:
     import multiprocessing as mp
     import sys
 
-    threads = max(1, (os.cpu_count() or 1) // max(1, num_proc))
+    threads = worker_threads(num_proc)
     if _FORKSERVER and _FORKSERVER["env"] == _environ() and _FORKSERVER["threads"] == threads:
         return "forkserver"
     if sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
@@ -214,7 +219,7 @@ class PoolRun:
     def __init__(self, units, seed, spec, cache_dir, num_proc, timings=None, plans=None, stats=None):
         import multiprocessing as mp
 
-        spec = {**spec, "threads": max(1, (os.cpu_count() or 1) // num_proc)}
+        spec = {**spec, "threads": worker_threads(num_proc)}
         self.units, self.plans, self.timings = units, plans, timings
         stats = stats if stats is not None else {}
         self.models = stats.setdefault("worker_models", {})

@@ -190,6 +190,15 @@ def _actor_count(ray, gpus: float) -> int:
     return n
 
 
+def _connect(ray, address: str | None) -> bool:
+    """Connect to the cluster at `address` (or start a local one) unless this process already is;
+    True when this started or joined it (and so stops or leaves it at the end)."""
+    if ray.is_initialized():
+        return False
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
+
+
 def warm_ray(spec: dict, address: str | None = None, num_gpus: float | None = None) -> None:
     """Connect to the cluster at `address` (or start a local one) now and start its actors, which
     import the workers' stack while the driver reads the library and plans; the build's RayRun
@@ -198,10 +207,7 @@ def warm_ray(spec: dict, address: str | None = None, num_gpus: float | None = No
     ray = require_ray()
     if _WARM:
         return
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    _WARM["started"] = started
+    _WARM["started"] = _connect(ray, address)
     gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)
     if gpus and not ray.cluster_resources().get("GPU"):
         return  # RayRun says so, naming the flags
@@ -289,9 +295,7 @@ class RayRun:
         self.warned = 0
         self.bar: Any = None
         warm = _take_warm()  # warm_ray's cluster and actors, when api.build started them
-        self.started = bool(warm.get("started")) or not ray.is_initialized()
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self.started = _connect(ray, address) or bool(warm.get("started"))
         self.job: tuple | None = None
         try:
             gpus = default_num_gpus(spec) if num_gpus is None else float(num_gpus)

@@ -363,11 +363,7 @@ class FolderWriter:
             w.close()
             part = self.shards[config][-1]
             self.part_sha[part] = file_sha256(part)
-            fd = os.open(part, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            atomic.fsync_path(part)
 
     def _close(self, config: str) -> None:
         self._submit(config, self._close_shard, config)

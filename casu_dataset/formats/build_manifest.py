@@ -73,10 +73,9 @@ def config_hashes(shas: dict[str, str], configs: Iterable[str]) -> dict[str, str
 def write(root: Path, ident: dict, known: dict[str, str] | None = None) -> dict:
     """Write the record of every file in `root`; `known` (path -> sha256) spares re-reading files
     already hashed (file_hashes) that have not changed since."""
-    known = known or {}
     files = {
-        rel: {"sha256": known.get(rel) or file_sha256(p), "bytes": p.stat().st_size}
-        for rel, p in ((p.relative_to(root).as_posix(), p) for p in _members(root))
+        rel: {"sha256": sha, "bytes": (root / rel).stat().st_size}
+        for rel, sha in file_hashes(root, known).items()
     }
     record = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "identity": ident, "files": files}
     (root / MANIFEST).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
