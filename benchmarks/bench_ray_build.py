@@ -67,7 +67,7 @@ def build_row(
     # First thing, as api.build does: the pool's fork server, or Ray's cluster and actors, start
     # (and import the workers' stack) while this process imports, reads the library and plans.
     if row == "local_pool_2":
-        from casu_dataset.dataset.executor import warm_pool
+        from casu_dataset.dataset.worker_stack import warm_pool
 
         kw = {"num_proc": 2}
         warm_pool(2)

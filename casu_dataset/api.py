@@ -59,16 +59,6 @@ def build(config: BuildConfig) -> BuildResult:
 
 def _build(config: BuildConfig) -> BuildResult:
     """build(), which see."""
-    from casu_dataset.core.errors import BuildError
-    from casu_dataset.dataset.build import build_dataset, build_settings
-    from casu_dataset.families.compile import compile_families, is_family_library
-    from casu_dataset.families.preflight import fill_problems, rejected_summary
-    from casu_dataset.formats.lock import LockError, load_for, lock_path
-    from casu_dataset.legacy.library import compile_library
-    from casu_dataset.mix.realize import make_builder
-    from casu_dataset.script.scenes import library_name
-    from casu_dataset.sounds.catalog import CatalogError
-
     t0 = time.perf_counter()
     from casu_dataset.core.cache_layout import cache_root
     from casu_dataset.core.paths import WHY, collision
@@ -107,14 +97,26 @@ def _build(config: BuildConfig) -> BuildResult:
         raise ConfigError(
             Field("scenarios"), f" {config.scenarios}: {str(err).removeprefix('scenarios: ')}"
         ) from None
+    # The workers' imports start first thing, in their own processes, while this one imports the
+    # build's modules, reads the library and plans.
     if config.executor == "local" and config.num_proc > 1:
-        from casu_dataset.dataset.executor import warm_pool
+        from casu_dataset.dataset.worker_stack import warm_pool
 
-        warm_pool(config.num_proc)  # the workers' imports, while this process reads the library
+        warm_pool(config.num_proc)
     elif config.executor == "ray":
         from casu_dataset.dataset.ray_executor import warm_ray
 
-        warm_ray(config.builder_spec(), config.ray_address, config.ray_num_gpus)  # the same, on Ray
+        warm_ray(config.builder_spec(), config.ray_address, config.ray_num_gpus)
+    from casu_dataset.core.errors import BuildError
+    from casu_dataset.dataset.build import build_dataset, build_settings
+    from casu_dataset.families.compile import compile_families, is_family_library
+    from casu_dataset.families.preflight import fill_problems, rejected_summary
+    from casu_dataset.formats.lock import LockError, load_for, lock_path
+    from casu_dataset.legacy.library import compile_library
+    from casu_dataset.mix.realize import make_builder
+    from casu_dataset.script.scenes import library_name
+    from casu_dataset.sounds.catalog import CatalogError
+
     families = is_family_library(lib)
     invalid: list[dict] = []
     # Contrast families (v2, the default) or v1 scenarios, told apart by their fields.

@@ -80,7 +80,7 @@ def test_workers_forked_from_the_warmed_fork_server_build_the_same_bytes(session
     same bytes as one process, and the record's file hashes (taken on the writer's IO threads as
     each shard closed) are those of the files."""
     from casu_dataset.core.audio_io import file_sha256
-    from casu_dataset.dataset.executor import warm_pool
+    from casu_dataset.dataset.worker_stack import warm_pool
     from casu_dataset.formats import build_manifest
 
     assert warm_pool(2)

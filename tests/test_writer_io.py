@@ -11,8 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import soundfile as sf
 
+from casu_dataset.contract import dataset_configs
 from casu_dataset.core.parquet_files import PARQUET_OPTIONS
-from casu_dataset.dataset.writer import ROW_GROUP_SIZE, audio_column, features, is_audio_type
+from casu_dataset.dataset.writer import ROW_GROUP_SIZE, audio_column, is_audio_type
+from casu_dataset.formats.config_columns import AUDIO, STRING, STRINGS, arrow_schema, columns
 
 
 def _flac(seed: int, seconds: float) -> bytes:
@@ -29,7 +31,7 @@ def _parquet(table: pa.Table) -> bytes:
 
 
 def test_audio_columns_as_views_write_the_same_bytes():
-    schema = features("scenes").arrow_schema
+    schema = arrow_schema("scenes")
     audio = [n for n, f in zip(schema.names, schema) if is_audio_type(f.type)]
     assert audio == ["audio", "background", "speech", "events"]
     clip = _flac(1, 0.5)
@@ -55,3 +57,32 @@ def test_audio_columns_as_views_write_the_same_bytes():
     one = pa.table({"audio": plain})
     other = pa.Table.from_arrays([pa.chunked_array(parts[0].chunks + parts[1].chunks)], names=["audio"])
     assert _parquet(other.combine_chunks()) == _parquet(one)
+
+
+def test_config_schemas_are_the_ones_datasets_makes():
+    """The schema written without importing datasets is the one datasets' Features gives (field
+    types and the b"huggingface" JSON byte for byte), so load_dataset reads the files as before."""
+    import datasets
+
+    feature = {
+        STRING: datasets.Value("string"),
+        STRINGS: datasets.List(datasets.Value("string")),
+        AUDIO: datasets.Audio(sampling_rate=16000, decode=False),
+    }
+    for config in dataset_configs():
+        ours = arrow_schema(config)
+        theirs = datasets.Features({n: feature[k] for n, k in columns(config).items()}).arrow_schema
+        assert ours.equals(theirs, check_metadata=True), config
+        assert ours.metadata == theirs.metadata
+        back = datasets.Features.from_arrow_schema(ours)
+        assert back["audio"] == datasets.Audio(sampling_rate=16000, decode=False)
+    assert list(columns("scenes"))[:8] == [
+        "scene_id",
+        "place",
+        "speech_type",
+        "description",
+        "audio",
+        "background",
+        "speech",
+        "events",
+    ]

@@ -192,9 +192,8 @@ def build_dataset(
         )
         if ready is None:
             report.seconds["prebuild"] = time.perf_counter() - t0
-        else:  # the workers have their units: prepare the writing meanwhile
+        else:  # the workers have their units
             ready.start()
-            writer.prepare()
         for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
             from_worker, cues = None, None
             if ready is not None:  # pool workers or Ray actors: the unit once it is built and cached

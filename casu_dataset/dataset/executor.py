@@ -20,7 +20,7 @@ from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.rows import delivered, unit_cues
 from casu_dataset.dataset.scene_cache import build_unit
-from casu_dataset.dataset.worker_stack import WORKER_PRELOAD
+from casu_dataset.dataset.worker_stack import THREAD_VARS, forkserver_serves, worker_threads
 from casu_dataset.families.compile import FamilyScene
 
 if TYPE_CHECKING:
@@ -105,52 +105,13 @@ def prebuild(
 
 
 _POOL_STATE: dict = {}
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # Libraries whose thread pools deadlock (or whose state breaks) in a forked child: once one is
 # imported here, workers are spawned (each imports the stack afresh, ~1 s of CPU apiece).
 FORK_UNSAFE = ("torch", "ctranslate2", "onnxruntime", "tensorflow", "jax")
 
 
-_FORKSERVER: dict = {}  # the environment and thread count warm_pool started it with
-# Set by torch's import in this process (a cold query cache loads the model): a worker that imports
-# torch sets them itself, so they do not make the fork server's environment another one.
-SET_BY_IMPORTS = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "TORCHINDUCTOR_CACHE_DIR")
-
-
-def worker_threads(num_proc: int) -> int:
-    """Each of `num_proc` workers' share of this machine's CPUs: its BLAS/OpenMP/torch threads."""
-    return max(1, (os.cpu_count() or 1) // max(1, num_proc))
-
-
-def _environ() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in SET_BY_IMPORTS}
-
-
-def warm_pool(num_proc: int) -> bool:
-    """Start the fork server that a build's `num_proc` pool workers fork from, now, with the
-    workers' stack (WORKER_PRELOAD) imported in it: a process of its own imports while this one
-    reads the library and plans, on a CPU that would idle through that serial start, and every
-    worker then starts with it all imported. api.build calls it first thing. It ignores SIGINT,
-    as the workers do. False (nothing started): one worker, or no fork server on this platform."""
-    import multiprocessing as mp
-
-    if num_proc < 2 or "forkserver" not in mp.get_all_start_methods():
-        return False
-    threads = worker_threads(num_proc)
-    if _FORKSERVER:
-        return True
-    from multiprocessing import forkserver
-
-    env = _environ()
-    mp.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
-    with environment({k: str(threads) for k in THREAD_VARS}), ignoring_sigint():
-        forkserver.ensure_running()
-    _FORKSERVER.update(env=env, threads=threads)
-    return True
-
-
 def start_method(num_proc: int = 0) -> str:
-    """How pool workers start: from the fork server warm_pool started, when it runs with this
+    """How pool workers start: from the fork server worker_stack.warm_pool started, when it runs with this
     process's environment and the thread split of `num_proc` workers (its workers inherit both);
     else forked on Linux while this process has imported none of FORK_UNSAFE (a build whose
     retrieval was planned from the query cache: the workers start at once, with the stack already
@@ -158,8 +119,7 @@ def start_method(num_proc: int = 0) -> str:
     import multiprocessing as mp
     import sys
 
-    threads = worker_threads(num_proc)
-    if _FORKSERVER and _FORKSERVER["env"] == _environ() and _FORKSERVER["threads"] == threads:
+    if forkserver_serves(num_proc):
         return "forkserver"
     if sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
         return "spawn"

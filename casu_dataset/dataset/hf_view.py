@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 
 from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.core.errors import LoadError
-
-AUDIO_COLUMNS = ("audio", "background", "speech", "events")  # the mixture, then the scenes config's stems
+from casu_dataset.formats.config_columns import AUDIO_COLUMNS
 
 
 @dataclass

@@ -19,13 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from casu_dataset.contract import (
-    DESCRIPTION_TASK,
-    FAMILY_FIELDS,
-    SCENES_CONFIG,
-    dataset_configs,
-    mcq_configs,
-)
+from casu_dataset.contract import SCENES_CONFIG, dataset_configs, mcq_configs
 from casu_dataset.core import atomic
 from casu_dataset.core.audio_io import file_sha256
 from casu_dataset.core.errors import BuildError, Field
@@ -34,68 +28,10 @@ from casu_dataset.dataset.card import attribution_file, dataset_card, eval_yaml
 from casu_dataset.dataset.config import replace_problem
 from casu_dataset.dataset.report import BuildReport
 from casu_dataset.families.preflight import merge_rejected
+from casu_dataset.formats.config_columns import AUDIO_COLUMNS, arrow_schema, columns
 
 if TYPE_CHECKING:
     from casu_dataset.mix.cue_checks import CueMeter
-
-
-def features(config: str):
-    import datasets
-
-    V, A, S = datasets.Value, datasets.Audio, datasets.Sequence
-    # decode=False is stored in the parquet schema metadata, so rows come back as {bytes, path}
-    # on every install: decoding would import torchcodec, which cannot load beside the CPU torch.
-    # casu_dataset.load() decodes with soundfile instead.
-    audio = A(sampling_rate=16000, decode=False)
-    fam = {k: V("string") for k in FAMILY_FIELDS}
-    if config == SCENES_CONFIG:
-        return datasets.Features(
-            {
-                "scene_id": V("string"),
-                "place": V("string"),
-                "speech_type": V("string"),
-                "description": V("string"),
-                "audio": audio,
-                "background": audio,
-                "speech": audio,
-                "events": audio,
-                "script": V("string"),
-                "annotation": V("string"),
-                "variant_of": V("string"),
-                **fam,
-            }
-        )
-    if config == DESCRIPTION_TASK:
-        return datasets.Features(
-            {
-                "id": V("string"),
-                "scene_id": V("string"),
-                "audio": audio,
-                "reference": V("string"),
-                "event_descriptions": S(V("string")),
-                "turns": S(V("string")),
-                "place": V("string"),
-                "speech_type": V("string"),
-                **fam,
-            }
-        )
-    return datasets.Features(
-        {
-            "id": V("string"),
-            "scene_id": V("string"),
-            "task": V("string"),
-            "audio": audio,
-            "question": V("string"),
-            "options": S(V("string")),
-            "answer": V("string"),
-            "rationale": V("string"),
-            "layers": S(V("string")),
-            "minimal_pair_id": V("string"),
-            "place": V("string"),
-            "speech_type": V("string"),
-            **fam,
-        }
-    )
 
 
 ROW_GROUP_SIZE = 100
@@ -106,7 +42,7 @@ def write_parquet(rows: list[dict], config: str, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(rows, schema=features(config).arrow_schema)
+    table = pa.Table.from_pylist(rows, schema=arrow_schema(config))
     path.parent.mkdir(parents=True, exist_ok=True)
     # FLAC bytes do not compress further; snappy keeps the text columns small and the write
     # fast. pyarrow writes no timestamps, so the file is a pure function of the table.
@@ -145,7 +81,6 @@ PARQUET = "test-00000-of-00001.parquet"  # the name of a config written as one s
 SHARD_ROWS = 1000  # a shard closes at this many rows (a multiple of ROW_GROUP_SIZE) ...
 SHARD_BYTES = 256 * 1024 * 1024  # ... or once its row groups hold this many bytes (audio configs)
 IO_PENDING = 2  # row-group writes queued behind the ones being written (finish() waits for none)
-AUDIO_COLUMNS = ("audio", "background", "speech", "events")
 
 
 def shard_name(index: int, count: int, split: str = "test") -> str:
@@ -260,16 +195,10 @@ class FolderWriter:
             self.started = True
 
     def schema(self, config: str):
-        """The arrow schema of a config's parquet files (made once: `features` imports datasets)."""
+        """The arrow schema of a config's parquet files (made once)."""
         if config not in self._schemas:
-            self._schemas[config] = features(config).arrow_schema
+            self._schemas[config] = arrow_schema(config)
         return self._schemas[config]
-
-    def prepare(self) -> None:
-        """Make every config's schema now (the datasets import, ~0.4 s) rather than at the first
-        flush: the build calls it while its workers build the first units."""
-        for c in dataset_configs():
-            self.schema(c)
 
     def add(self, config: str, rows: Iterable[dict], cues: dict | None = None) -> None:
         """Queue `rows` of `config` for writing; `cues`: the scene rows' cues a worker measured
@@ -526,7 +455,7 @@ def merge_folders(out: str | Path, shards: list[str | Path]) -> BuildReport:
     # in one shard and keep their order.
     rows = {}
     for c in files:
-        cols = [n for n in features(c) if n not in AUDIO_COLUMNS]
+        cols = [n for n in columns(c) if n not in AUDIO_COLUMNS]
         meta = [r for ds in folders for r in ds.table(c, columns=cols).arrow.to_pylist()]
         rows[c] = sorted(meta, key=lambda r: r["scene_id"])
     report = BuildReport(
