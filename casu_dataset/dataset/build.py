@@ -192,7 +192,11 @@ def build_dataset(
         )
         if ready is None:
             report.seconds["prebuild"] = time.perf_counter() - t0
-        else:  # the workers have their units
+        else:
+            # What writing needs is loaded before the workers have their units (pool workers fork
+            # once this is done, from a fork server that is often still importing): not on the
+            # CPU the workers need once their units are out.
+            writer.prepare()
             ready.start()
         for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
             from_worker, cues = None, None

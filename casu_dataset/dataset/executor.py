@@ -171,30 +171,42 @@ def _pool_build(job):
 class PoolRun:
     """Worker processes filling the scene cache: `next()` returns once the next unit (in the given
     order) is in it, so the parent assembles the folder in that fixed order and the output is
-    identical to num_proc=1; `close()` stops the workers. Workers start as soon as this is made,
-    forked where that is safe (start_method: no torch or ctranslate2 thread pools here, whose
-    copies deadlock in a child), else spawned; either way they make their builders while the
-    driver plans (`plans()` is called at the first next())."""
+    identical to num_proc=1; `close()` stops the workers.
+
+    Workers fork from warm_pool's fork server, which has their stack imported already: the pool
+    starts at `start()` (the first next() calls it), after the driver has planned. Without it they
+    fork where that is safe (start_method: no torch or ctranslate2 thread pools here, whose copies
+    deadlock in a child), else spawn, as soon as this is made, so they import and make their
+    builders while the driver plans (`plans()` is called at start())."""
 
     def __init__(self, units, seed, spec, cache_dir, num_proc, timings=None, plans=None, stats=None):
-        import multiprocessing as mp
-
         spec = {**spec, "threads": worker_threads(num_proc)}
         self.units, self.plans, self.timings = units, plans, timings
         stats = stats if stats is not None else {}
         self.models = stats.setdefault("worker_models", {})
-        stats["worker_start"] = method = start_method(num_proc)
+        stats["worker_start"] = self.method = start_method(num_proc)
+        self.pool = None
+        self._pool_args = (num_proc, spec, seed, cache_dir)
+        if self.method != "forkserver":
+            self._start_pool()
+        self.results: deque = deque()
+        self.jobs: Iterator | None = None  # the units with their plans, once planned
+        self.window = 2 * num_proc + 2  # units handed out ahead: every worker busy, the next queued
+
+    def _start_pool(self) -> None:
+        import multiprocessing as mp
+
+        if self.pool is not None:
+            return
+        num_proc, spec, seed, cache_dir = self._pool_args
         # The workers' BLAS and OpenMP pools are sized as they start (numpy is imported before
         # the initializer runs), so the split thread count goes in the environment they inherit.
         # SIGINT is ignored while they start (inherited), even while importing.
         threads = {k: str(spec["threads"]) for k in THREAD_VARS}
         with environment(threads), ignoring_sigint():
-            self.pool = mp.get_context(method).Pool(
+            self.pool = mp.get_context(self.method).Pool(
                 num_proc, initializer=_pool_init, initargs=(spec, seed, cache_dir)
             )
-        self.results: deque = deque()
-        self.jobs: Iterator | None = None  # the units with their plans, once planned
-        self.window = 2 * num_proc + 2  # units handed out ahead: every worker busy, the next queued
 
     def __iter__(self):
         return self
@@ -219,6 +231,7 @@ class PoolRun:
         if self.jobs is None:
             plans = (self.plans() if callable(self.plans) else self.plans) or [None] * len(self.units)
             self.jobs = iter(list(zip(self.units, plans)))
+            self._start_pool()
             for _ in range(self.window):
                 self._submit()
 
@@ -228,8 +241,10 @@ class PoolRun:
         the parent stay few however far the workers could run ahead."""
         job = next(self.jobs, None) if self.jobs is not None else None
         if job is not None:
+            assert self.pool is not None  # started by start()
             self.results.append(self.pool.apply_async(_pool_build, (job,)))
 
     def close(self) -> None:
-        self.pool.terminate()
-        self.pool.join()
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()

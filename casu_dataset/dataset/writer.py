@@ -200,6 +200,13 @@ class FolderWriter:
             self._schemas[config] = arrow_schema(config)
         return self._schemas[config]
 
+    def prepare(self) -> None:
+        """Load what converting rows needs, now rather than with the first rows: pyarrow, and the
+        pandas that pyarrow imports on its first pa.array (~0.2 s), and every config's schema."""
+        for c in dataset_configs():
+            self.schema(c)
+        self._table(SCENES_CONFIG, [])
+
     def add(self, config: str, rows: Iterable[dict], cues: dict | None = None) -> None:
         """Queue `rows` of `config` for writing; `cues`: the scene rows' cues a worker measured
         (scene id -> cue_checks.measure_rows' value), else they are measured here."""
