@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import struct
+import threading
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -181,6 +182,10 @@ class FolderWriter:
         # groups are written at once rather than one after another.
         self._io: dict[str, ThreadPoolExecutor] = {}
         self._io_pending: deque[Future] = deque()
+        # At most a CPU's worth of files encoded at once, the largest row group first (finish): six
+        # configs' threads sharing two CPUs evenly left the largest (the scenes config's four stems)
+        # to finish alone, on one CPU, well after the others.
+        self._slots = threading.Semaphore(max(1, os.cpu_count() or 1))
 
     def _start(self) -> None:
         if not self.started:
@@ -252,8 +257,9 @@ class FolderWriter:
             self.group_rows[config] += len(self.pending[config])
             self.pending[config] = []
 
-    def _flush(self, config: str, empty_ok: bool = False) -> None:
-        """Hand the config's row group (its converted parts) to the config's IO thread."""
+    def _flush(self, config: str, empty_ok: bool = False, close: bool = False) -> None:
+        """Hand the config's row group (its converted parts) to the config's IO thread (`close`:
+        its last, so the shard is closed after it)."""
         self._convert(config)
         parts = self.parts[config]
         if not parts and not empty_ok:
@@ -261,12 +267,17 @@ class FolderWriter:
         self._start()
         self.parts[config], self.group_rows[config] = [], 0
         self.groups[config] += 1
-        self._submit(config, self._write_group, config, parts)
+        self._submit(config, self._write_group, config, parts, close)
 
-    def _write_group(self, config: str, parts: list) -> None:
+    def _write_group(self, config: str, parts: list, close: bool = False) -> None:
         """On the config's IO thread, in submission order (so every shard boundary is decided as
-        one thread would): join the parts, write them as one row group, close the shard when full.
-        The configs' threads join and write their groups at once (pyarrow releases the GIL)."""
+        one thread would): join the parts, write them as one row group, close the shard when full
+        (or `close`). The configs' threads join and write their groups at once (pyarrow releases
+        the GIL), as many as there are CPUs."""
+        with self._slots:
+            self._write_group_now(config, parts, close)
+
+    def _write_group_now(self, config: str, parts: list, close: bool) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -288,7 +299,7 @@ class FolderWriter:
         w.write_table(table, row_group_size=ROW_GROUP_SIZE)
         n, size = n + table.num_rows, size + table.nbytes
         self.open[config] = (w, n, size)
-        if n >= SHARD_ROWS or size >= SHARD_BYTES:
+        if close or n >= SHARD_ROWS or size >= SHARD_BYTES:
             self._close_shard(config)
 
     def _close_shard(self, config: str) -> None:
@@ -302,7 +313,11 @@ class FolderWriter:
             atomic.fsync_path(part)
 
     def _close(self, config: str) -> None:
-        self._submit(config, self._close_shard, config)
+        self._submit(config, self._close_last, config)
+
+    def _close_last(self, config: str) -> None:
+        with self._slots:
+            self._close_shard(config)
 
     def _submit(self, config: str, fn, *args, **kwargs) -> None:
         io = self._io.get(config)
@@ -332,11 +347,14 @@ class FolderWriter:
         self._finishing = True
         try:
             for c in dataset_configs():
-                if self.pending[c] or self.parts[c] or not self.groups[c]:
-                    self._flush(
-                        c, empty_ok=True
-                    )  # an empty config is one empty shard, as load_dataset expects
-                self._close(c)
+                self._convert(c)
+            # The largest last row group first: the threads take their CPU slots in this order.
+            for c in sorted(dataset_configs(), key=lambda c: -sum(t.nbytes for t in self.parts[c])):
+                if self.parts[c] or not self.groups[c]:
+                    # ... and an empty config is one empty shard, as load_dataset expects
+                    self._flush(c, empty_ok=True, close=True)
+                else:
+                    self._close(c)
             self._drain()
             known = {}
             for c in dataset_configs():
