@@ -13,7 +13,7 @@ import soundfile as sf
 
 from casu_dataset.contract import dataset_configs
 from casu_dataset.core.parquet_files import PARQUET_OPTIONS
-from casu_dataset.dataset.writer import ROW_GROUP_SIZE, audio_column, is_audio_type
+from casu_dataset.dataset.writer import ROW_GROUP_SIZE, audio_column
 from casu_dataset.formats.config_columns import AUDIO, STRING, STRINGS, arrow_schema, columns
 
 
@@ -32,7 +32,7 @@ def _parquet(table: pa.Table) -> bytes:
 
 def test_audio_columns_as_views_write_the_same_bytes():
     schema = arrow_schema("scenes")
-    audio = [n for n, f in zip(schema.names, schema) if is_audio_type(f.type)]
+    audio = [n for n, k in columns("scenes").items() if k == AUDIO]
     assert audio == ["audio", "background", "speech", "events"]
     clip = _flac(1, 0.5)
     values = [

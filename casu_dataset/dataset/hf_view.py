@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from casu_dataset.core.audio_io import SAMPLE_RATE
 from casu_dataset.core.errors import LoadError
-from casu_dataset.formats.config_columns import AUDIO_COLUMNS
+from casu_dataset.formats.config_columns import AUDIO_COLUMNS, audio_type
 
 
 @dataclass
@@ -38,9 +38,7 @@ class SoundfileAudio:
 
     @property
     def pa_type(self):
-        import pyarrow as pa
-
-        return pa.struct({"bytes": pa.binary(), "path": pa.string()})
+        return audio_type()
 
     def __call__(self):
         return self.pa_type

@@ -29,7 +29,7 @@ from casu_dataset.dataset.card import attribution_file, dataset_card, eval_yaml
 from casu_dataset.dataset.config import replace_problem
 from casu_dataset.dataset.report import BuildReport
 from casu_dataset.families.preflight import merge_rejected
-from casu_dataset.formats.config_columns import AUDIO_COLUMNS, arrow_schema, columns
+from casu_dataset.formats.config_columns import AUDIO, AUDIO_COLUMNS, arrow_schema, columns
 
 if TYPE_CHECKING:
     from casu_dataset.mix.cue_checks import CueMeter
@@ -114,17 +114,6 @@ def light(row: dict) -> dict:
     return {
         k: ({"bytes": None, "path": v["path"]} if k in AUDIO_COLUMNS and v else v) for k, v in row.items()
     }
-
-
-def is_audio_type(t) -> bool:
-    """datasets.Audio's arrow type: struct<bytes: binary, path: string>."""
-    import pyarrow as pa
-
-    return (
-        pa.types.is_struct(t)
-        and [f.name for f in t] == ["bytes", "path"]
-        and t.field("bytes").type == pa.binary()
-    )
 
 
 def audio_column(values: list, typ, pool):
@@ -238,12 +227,12 @@ class FolderWriter:
         group is joined, _write_group); the values are the same."""
         import pyarrow as pa
 
-        schema = self.schema(config)
+        schema, kinds = self.schema(config), columns(config)
         pool = pa.system_memory_pool()
         return pa.Table.from_arrays(
             [
                 audio_column([r.get(n) for r in rows], f.type, pool)
-                if is_audio_type(f.type)
+                if kinds[n] == AUDIO
                 else pa.array([r.get(n) for r in rows], type=f.type, memory_pool=pool)
                 for n, f in zip(schema.names, schema)
             ],
@@ -274,33 +263,30 @@ class FolderWriter:
         one thread would): join the parts, write them as one row group, close the shard when full
         (or `close`). The configs' threads join and write their groups at once (pyarrow releases
         the GIL), as many as there are CPUs."""
-        with self._slots:
-            self._write_group_now(config, parts, close)
-
-    def _write_group_now(self, config: str, parts: list, close: bool) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pool = pa.system_memory_pool()
-        # One chunk per column, as one conversion of all the rows gives (the same parquet bytes).
-        table = pa.concat_tables(parts or [self._table(config, [])]).combine_chunks(memory_pool=pool)
-        if config not in self.open:
-            part = self.stage / config / f".shard{len(self.shards[config]):05d}.part"
-            part.parent.mkdir(parents=True, exist_ok=True)
-            self.shards[config].append(part)
-            # FLAC bytes do not compress further; snappy keeps the text columns small and the write
-            # fast. pyarrow writes no timestamps, so the file is a pure function of its rows.
-            self.open[config] = (
-                pq.ParquetWriter(str(part), table.schema, memory_pool=pool, **PARQUET_OPTIONS),
-                0,
-                0,
-            )
-        w, n, size = self.open[config]
-        w.write_table(table, row_group_size=ROW_GROUP_SIZE)
-        n, size = n + table.num_rows, size + table.nbytes
-        self.open[config] = (w, n, size)
-        if close or n >= SHARD_ROWS or size >= SHARD_BYTES:
-            self._close_shard(config)
+        with self._slots:
+            pool = pa.system_memory_pool()
+            # One chunk per column, as one conversion of all the rows gives (the same parquet bytes).
+            table = pa.concat_tables(parts or [self._table(config, [])]).combine_chunks(memory_pool=pool)
+            if config not in self.open:
+                part = self.stage / config / f".shard{len(self.shards[config]):05d}.part"
+                part.parent.mkdir(parents=True, exist_ok=True)
+                self.shards[config].append(part)
+                # FLAC bytes do not compress further; snappy keeps the text columns small and the write
+                # fast. pyarrow writes no timestamps, so the file is a pure function of its rows.
+                self.open[config] = (
+                    pq.ParquetWriter(str(part), table.schema, memory_pool=pool, **PARQUET_OPTIONS),
+                    0,
+                    0,
+                )
+            w, n, size = self.open[config]
+            w.write_table(table, row_group_size=ROW_GROUP_SIZE)
+            n, size = n + table.num_rows, size + table.nbytes
+            self.open[config] = (w, n, size)
+            if close or n >= SHARD_ROWS or size >= SHARD_BYTES:
+                self._close_shard(config)
 
     def _close_shard(self, config: str) -> None:
         """On the config's IO thread: close its open shard, hash it and flush it to disk there
@@ -312,10 +298,8 @@ class FolderWriter:
             self.part_sha[part] = file_sha256(part)
             atomic.fsync_path(part)
 
-    def _close(self, config: str) -> None:
-        self._submit(config, self._close_last, config)
-
     def _close_last(self, config: str) -> None:
+        """On the config's IO thread, in a CPU slot: close its shard (its last row group written)."""
         with self._slots:
             self._close_shard(config)
 
@@ -354,7 +338,7 @@ class FolderWriter:
                     # ... and an empty config is one empty shard, as load_dataset expects
                     self._flush(c, empty_ok=True, close=True)
                 else:
-                    self._close(c)
+                    self._submit(c, self._close_last, c)
             self._drain()
             known = {}
             for c in dataset_configs():

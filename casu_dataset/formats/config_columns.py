@@ -77,15 +77,18 @@ _FEATURE = {
 }
 
 
+def audio_type():
+    """An audio column's arrow type, datasets.Audio's: struct<bytes: binary, path: string>."""
+    import pyarrow as pa
+
+    return pa.struct({"bytes": pa.binary(), "path": pa.string()})
+
+
 def arrow_schema(config: str):
     """The parquet schema of the config's files (a pyarrow.Schema), datasets' metadata included."""
     import pyarrow as pa
 
-    types = {
-        STRING: pa.string(),
-        STRINGS: pa.list_(pa.string()),
-        AUDIO: pa.struct({"bytes": pa.binary(), "path": pa.string()}),
-    }
+    types = {STRING: pa.string(), STRINGS: pa.list_(pa.string()), AUDIO: audio_type()}
     cols = columns(config)
     meta = {"info": {"features": {n: _FEATURE[k] for n, k in cols.items()}}}
     return pa.schema([(n, types[k]) for n, k in cols.items()]).with_metadata(
