@@ -1,8 +1,9 @@
-"""Loudness (ITU-R BS.1770-4 via pyloudnorm) and a fast path for mixing.
+"""Loudness (ITU-R BS.1770-4, pyloudnorm's) and a fast path for mixing.
 
-`measure_lufs` is pyloudnorm's integrated loudness. The mixer also needs the loudness of
-each 30 s stem for every scene; the K-weighting filter is linear and time-invariant, so the
-K-weighted stem equals the sum of the time-shifted K-weighted clips. `kweight` filters a
+`measure_lufs` is pyloudnorm's integrated loudness (`integrated_loudness`: its algorithm, ported).
+The mixer also needs the loudness of each 30 s stem for every scene; the K-weighting filter is
+linear and time-invariant, so the K-weighted stem equals the sum of the time-shifted K-weighted
+clips. `kweight` filters a
 clip once (cached by the caller) and `gated_lufs` applies pyloudnorm's exact gating to block
 energies summed exactly in integers, so they are vectorised and the same on every CPU;
 `RunningEnergy` serves any window of one clip (a bed cut differently in each scene). Tests
@@ -13,15 +14,18 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import pyloudnorm as pyln
+from casu_dataset.core.iir import lfilter, sosfilt
 
-# pyloudnorm and scipy.signal are imported on first use (~0.8 s): a build's driver that only
-# plans and writes never measures loudness, and its forked workers import them in parallel.
+# pyloudnorm 0.2.0's integrated loudness and K-weighting (MIT License, (c) 2018 Christian Steinmetz),
+# ported with scipy's filter loops loaded on their own (core/iir.py): pyloudnorm imports scipy.signal,
+# ~0.55 s in every process that mixes. Its algorithm is kept expression for expression, so the
+# values are pyloudnorm's to the last bit (tests/test_loudness.py compares them with the pinned
+# pyloudnorm, which stays the reference, on real recordings).
+PYLOUDNORM_VERSION = "0.2"  # what the mix annotations record (pyloudnorm 0.2.0 has no __version__)
 
 BLOCK_S = 0.400
 OVERLAP = 0.75
@@ -29,11 +33,95 @@ ABS_GATE = -70.0
 SILENCE_LUFS = -120.0  # reported for digital silence instead of -inf
 
 
-@functools.lru_cache(maxsize=8)
-def meter(sr: int) -> pyln.Meter:
-    import pyloudnorm
+@dataclass(frozen=True)
+class Biquad:
+    """One pyloudnorm IIRfilter stage: b and a normalised by a0, and its passband gain."""
 
-    return pyloudnorm.Meter(sr)
+    b: np.ndarray
+    a: np.ndarray
+    passband_gain: float = 1.0
+
+    def apply(self, data: np.ndarray) -> np.ndarray:
+        return self.passband_gain * lfilter(self.b, self.a, data)  # IIRfilter.apply_filter
+
+
+def _biquad(G: float, Q: float, fc: float, rate: int, filter_type: str) -> Biquad:
+    """pyloudnorm's IIRfilter(G, Q, fc, rate, filter_type).generate_coefficients (RBJ cookbook),
+    for the two stages of its K-weighting."""
+    A = 10 ** (G / 40.0)
+    w0 = 2.0 * np.pi * (fc / rate)
+    alpha = np.sin(w0) / (2.0 * Q)
+    if filter_type == "high_shelf":
+        b0 = A * ((A + 1) + (A - 1) * np.cos(w0) + 2 * np.sqrt(A) * alpha)
+        b1 = -2 * A * ((A - 1) + (A + 1) * np.cos(w0))
+        b2 = A * ((A + 1) + (A - 1) * np.cos(w0) - 2 * np.sqrt(A) * alpha)
+        a0 = (A + 1) - (A - 1) * np.cos(w0) + 2 * np.sqrt(A) * alpha
+        a1 = 2 * ((A - 1) - (A + 1) * np.cos(w0))
+        a2 = (A + 1) - (A - 1) * np.cos(w0) - 2 * np.sqrt(A) * alpha
+    elif filter_type == "high_pass":
+        b0 = (1 + np.cos(w0)) / 2
+        b1 = -(1 + np.cos(w0))
+        b2 = (1 + np.cos(w0)) / 2
+        a0 = 1 + alpha
+        a1 = -2 * np.cos(w0)
+        a2 = 1 - alpha
+    else:
+        raise ValueError(f"loudness: no {filter_type!r} stage in the K-weighting")
+    return Biquad(np.array([b0, b1, b2]) / a0, np.array([a0, a1, a2]) / a0)
+
+
+@functools.lru_cache(maxsize=8)
+def k_weighting(sr: int) -> tuple[Biquad, Biquad]:
+    """pyloudnorm's Meter(sr) "K-weighting" stages, in its order: high shelf, then high pass."""
+    return (
+        _biquad(4.0, 1 / np.sqrt(2), 1500.0, sr, "high_shelf"),
+        _biquad(0.0, 0.5, 38.0, sr, "high_pass"),
+    )
+
+
+def integrated_loudness(data: np.ndarray, rate: int) -> float:
+    """pyloudnorm.Meter(rate).integrated_loudness(data) (BS.1770-4 gating, 400 ms blocks, 75%
+    overlap), the same operations in the same order. data: (samples,) or (samples, channels)."""
+    input_data = data.copy()
+    if not np.issubdtype(input_data.dtype, np.floating):
+        raise ValueError("Data must be floating point.")
+    if input_data.ndim == 2 and input_data.shape[1] > 5:
+        raise ValueError("Audio must have five channels or less.")
+    if input_data.shape[0] < BLOCK_S * rate:
+        raise ValueError("Audio must have length greater than the block size.")
+    if input_data.ndim == 1:
+        input_data = np.reshape(input_data, (input_data.shape[0], 1))
+    num_channels, num_samples = input_data.shape[1], input_data.shape[0]
+    for stage in k_weighting(rate):
+        for ch in range(num_channels):
+            input_data[:, ch] = stage.apply(input_data[:, ch])
+    G = [1.0, 1.0, 1.0, 1.41, 1.41]  # channel gains
+    T_g, step = BLOCK_S, 1.0 - OVERLAP
+    T = num_samples / rate
+    num_blocks = int(np.round((T - T_g) / (T_g * step))) + 1
+    j_range = np.arange(0, num_blocks)
+    z = np.zeros(shape=(num_channels, num_blocks))
+    for i in range(num_channels):
+        for j in j_range:
+            lo = int(T_g * (j * step) * rate)
+            hi = int(T_g * (j * step + 1) * rate)
+            z[i, j] = (1.0 / (T_g * rate)) * np.sum(np.square(input_data[lo:hi, i]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        lj = [
+            -0.691 + 10.0 * np.log10(np.sum([G[i] * z[i, j] for i in range(num_channels)])) for j in j_range
+        ]
+    J_g = [j for j, l_j in enumerate(lj) if l_j >= ABS_GATE]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        z_avg_gated = [np.mean([z[i, j] for j in J_g]) for i in range(num_channels)]
+    gamma_r = -0.691 + 10.0 * np.log10(np.sum([G[i] * z_avg_gated[i] for i in range(num_channels)])) - 10.0
+    J_g = [j for j, l_j in enumerate(lj) if (l_j > gamma_r and l_j > ABS_GATE)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        z_avg_gated = np.nan_to_num(np.array([np.mean([z[i, j] for j in J_g]) for i in range(num_channels)]))
+    with np.errstate(divide="ignore"):
+        return -0.691 + 10.0 * np.log10(np.sum([G[i] * z_avg_gated[i] for i in range(num_channels)]))
 
 
 def _fit_block(x: np.ndarray, sr: int) -> np.ndarray:
@@ -46,27 +134,25 @@ def _fit_block(x: np.ndarray, sr: int) -> np.ndarray:
 
 
 def measure_lufs(x: np.ndarray, sr: int) -> float:
-    """Integrated loudness in LUFS (pyloudnorm); SILENCE_LUFS for silence."""
+    """Integrated loudness in LUFS (pyloudnorm's); SILENCE_LUFS for silence."""
     x = _fit_block(np.asarray(x, dtype=np.float64), sr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        v = meter(sr).integrated_loudness(x)
+        v = integrated_loudness(x, sr)
     return float(v) if np.isfinite(v) else SILENCE_LUFS
 
 
 @functools.lru_cache(maxsize=8)
 def _sos(sr: int) -> np.ndarray:
     """pyloudnorm's two K-weighting stages as one second-order-section cascade."""
-    stages = [meter(sr)._filters[k] for k in ("high_shelf", "high_pass")]
+    stages = k_weighting(sr)
     sos = np.array([np.concatenate([f.b / f.a[0], f.a / f.a[0]]) for f in stages])
     sos[0, :3] *= stages[0].passband_gain * stages[1].passband_gain
     return sos
 
 
 def kweight(x: np.ndarray, sr: int) -> np.ndarray:
-    import scipy.signal
-
-    return scipy.signal.sosfilt(_sos(sr), np.asarray(x, dtype=np.float64)).astype(np.float32)
+    return sosfilt(_sos(sr), np.asarray(x, dtype=np.float64)).astype(np.float32)
 
 
 def gated_lufs(kw: np.ndarray, sr: int, support: list[tuple[int, int]] | None = None) -> float:

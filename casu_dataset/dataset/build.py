@@ -193,11 +193,10 @@ def build_dataset(
         if ready is None:
             report.seconds["prebuild"] = time.perf_counter() - t0
         else:
-            # What writing needs is loaded before the workers have their units (pool workers fork
-            # once this is done, from a fork server that is often still importing): not on the
-            # CPU the workers need once their units are out.
-            writer.prepare()
+            # The workers get their units first (their stack imports in ~0.35 s, so they are
+            # ready before this process has planned), then what writing needs is loaded here.
             ready.start()
+            writer.prepare()
         for i, unit in enumerate(tqdm(mine, desc="scenes", disable=not progress)):
             from_worker, cues = None, None
             if ready is not None:  # pool workers or Ray actors: the unit once it is built and cached

@@ -22,6 +22,7 @@ from casu_dataset.contract import ANNOTATION_FORMAT, ANNOTATION_VERSION
 from casu_dataset.core.audio_io import SAMPLE_RATE, AudioError, file_sha256, write_wav
 from casu_dataset.core.loudness import (
     BLOCK_S,
+    PYLOUDNORM_VERSION,
     RunningEnergy,
     db_to_gain,
     gated_lufs,
@@ -523,7 +524,6 @@ def scene_annotation(script, sources, clips, seed, cfg, plan, gains, stems, extr
 
 
 def _versions() -> dict:
-    import pyloudnorm
     import soundfile
     import soxr
 
@@ -532,5 +532,5 @@ def _versions() -> dict:
         "numpy": np.__version__,
         "soxr": soxr.__version__,
         "soundfile": soundfile.__version__,
-        "pyloudnorm": getattr(pyloudnorm, "__version__", "0.2"),
+        "pyloudnorm": PYLOUDNORM_VERSION,  # the loudness algorithm's (core/loudness.py ports it)
     }
