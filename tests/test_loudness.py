@@ -125,9 +125,15 @@ def test_a_process_that_mixes_never_imports_scipy_signal():
         "x = np.random.default_rng(0).standard_normal(32000).astype(np.float32)\n"
         "print(measure_lufs(x, 16000), float(kweight(x, 16000)[-1]))\n"
         "print(sorted(m for m in sys.modules if m in ('scipy.signal', 'scipy.stats', 'pyloudnorm')))\n"
+        # scipy.signal imported afterwards (a review picture) finds the loops already loaded
+        "import scipy.signal\n"
+        "from casu_dataset.core.loudness import _sos\n"
+        "print(scipy.signal.sosfilt(_sos(16000), x.astype(np.float64)).astype(np.float32).tobytes()"
+        " == kweight(x, 16000).tobytes())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     lufs, last = map(float, out.splitlines()[0].split())
     x = np.random.default_rng(0).standard_normal(32000).astype(np.float32)
     assert lufs == loudness.measure_lufs(x, 16000) and np.isfinite(last)
     assert out.splitlines()[1] == "[]"
+    assert out.splitlines()[2] == "True"
