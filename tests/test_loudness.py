@@ -19,8 +19,7 @@ RATES = (8000, 16000, 22050, 44100, 48000)
 
 
 def _bank_clips(clips_dir, n: int) -> list:
-    """Every k-th recording of the bank (beds, events, at their own rates), cleaned as the mixer
-    loads them and also as read (stereo files stay stereo)."""
+    """n recordings spread over the bank (beds and events, each at its own rate)."""
     files = sorted(clips_dir.glob("*.ogg"))
     return files[:: max(1, len(files) // n)][:n]
 

@@ -13,13 +13,12 @@ import os
 from casu_dataset.core.env_vars import environment
 from casu_dataset.core.signals import ignoring_sigint
 
-# The unit builder, the mixer and its loudness (whose filter loops core/iir.py loads from scipy
-# without scipy.signal's ~0.55 s import).
+# The unit builder, the mixer and its loudness (core/loudness.py, whose filter loops core/iir.py
+# loads from scipy on first use, without scipy.signal's ~0.55 s import).
 WORKER_PRELOAD = (
     "casu_dataset.dataset.executor",
     "casu_dataset.mix.realize",
     "casu_dataset.mix.cue_checks",
-    "casu_dataset.core.iir",
 )
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # Set by torch's import in this process (a cold query cache loads the model): a worker that imports
