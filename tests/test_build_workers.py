@@ -105,3 +105,73 @@ def test_workers_forked_from_the_warmed_fork_server_build_the_same_bytes(session
     for p in files:
         rel = p.relative_to(tmp_path / "pool").as_posix()
         assert record["files"][rel]["sha256"] == file_sha256(p), rel
+
+
+def test_a_pool_worker_sends_its_stems_as_cache_files_the_parent_reads_back(session_cache, tmp_path):
+    """A pool worker's result names each stem's file in the scene cache it shares with the parent
+    instead of carrying the audio (the pickle through the pipe is a few KB, not MB); the parent
+    reads them back as exactly the bytes the unit was built with."""
+    import pickle
+
+    from casu_dataset.dataset import executor
+    from casu_dataset.dataset.scene_cache import StemFile, build_unit, stems_loaded
+
+    spec = {"cache": str(session_cache), "check_speech": False}
+    unit = next(iter(build_units(compile_families(FIXTURE)).values()))
+    executor._pool_init(spec, 0, tmp_path / "cache")
+    try:
+        pid, _, _, sent, cues = executor._pool_build((unit, None))
+    finally:
+        executor._POOL_STATE.clear()
+    assert sorted(sent) == sorted(s.script.id for s in unit) and set(cues) == set(sent)
+    stems = [v for b, _ in sent.values() for v in b["flac"].values()]
+    assert len(stems) == 4 * len(unit) and all(isinstance(v, StemFile) for v in stems)
+    audio = sum(v.size for v in stems)
+    assert len(pickle.dumps(sent)) < audio / 50
+    # What the parent reads is what building the unit here gives (a cache hit, byte for byte) ...
+    by_value = build_unit(unit, 0, fixture_builder(session_cache), tmp_path / "cache")
+    got = stems_loaded(sent)
+    assert got is not None
+    assert {s: b["flac"] for s, (b, _) in got.items()} == {s: b["flac"] for s, (b, _) in by_value.items()}
+    assert {s: b["annotation"] for s, (b, _) in got.items()} == {
+        s: b["annotation"] for s, (b, _) in by_value.items()
+    }
+
+
+def test_stems_go_by_reference_only_from_a_complete_folder_and_come_back_only_intact(tmp_path):
+    """stems_by_reference keeps a stem as bytes where its folder is incomplete (no `done`) or the
+    file's size is not the stem's; stems_loaded gives None (the parent then builds the unit
+    itself) when a named file is gone or has changed size."""
+    from casu_dataset.dataset.scene_cache import StemFile, stems_by_reference, stems_loaded
+
+    def folder(name, files, done=True):
+        d = tmp_path / name
+        d.mkdir()
+        for f, b in files.items():
+            (d / f).write_bytes(b)
+        if done:
+            (d / "done").write_text("ok")
+        return d
+
+    a, b, c = b"fLaC" + bytes(range(200)), b"fLaC" + bytes(300), b"fLaC" + b"\x01" * 99
+    built = {
+        "s1": ({"annotation": {"x": 1}, "flac": {"mixture": a, "speech": b}}, False),
+        "s2": ({"annotation": {"x": 2}, "flac": {"mixture": c}}, True),
+        "s3": ({"annotation": {"x": 3}, "flac": {"mixture": a}}, False),
+    }
+    where = {
+        "s1": folder("one", {"mixture.flac": a, "speech.flac": b + b"!"}),  # speech: another size
+        "s2": folder("two", {"mixture.flac": c}, done=False),  # a folder still being written
+    }  # s3: no folder known
+    sent = stems_by_reference(built, where)
+    assert sent is not None
+    assert sent["s1"][0]["flac"]["mixture"] == StemFile(str(where["s1"] / "mixture.flac"), len(a))
+    assert sent["s1"][0]["flac"]["speech"] == b
+    assert sent["s2"][0]["flac"]["mixture"] == c and sent["s3"][0]["flac"]["mixture"] == a
+    assert sent["s1"][0]["annotation"] == {"x": 1} and sent["s2"][1] is True
+    assert stems_loaded(sent) == built
+    assert stems_by_reference(None, {}) is None and stems_loaded(None) is None
+    (where["s1"] / "mixture.flac").write_bytes(a[:-1])  # changed after it was sent
+    assert stems_loaded(sent) is None
+    (where["s1"] / "mixture.flac").unlink()  # gone
+    assert stems_loaded(sent) is None

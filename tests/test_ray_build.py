@@ -116,9 +116,10 @@ def test_bad_scene_is_skipped_exactly_as_locally(cluster, spec, tmp_path):
 
 
 def test_driver_takes_the_units_and_cues_the_actors_return(cluster, local, spec, tmp_path, monkeypatch):
-    """The driver assembles the units as the actors return them (never reading them back from the
-    cache) with the cues the actors measured (decoding no stem): the same bytes and cue summary as
-    one process, and the cache filled for a later build."""
+    """The driver assembles the units as the actors return them (building none itself; the stems
+    of an actor on its node it reads from the cache files the actor names) with the cues the
+    actors measured (decoding no stem): the same bytes and cue summary as one process, and the
+    cache filled for a later build."""
     import casu_dataset.dataset.build as build_mod
     from casu_dataset.mix import cue_checks
 
@@ -171,8 +172,15 @@ def test_shipped_entries_carry_each_stem_once_and_store_the_same_files(spec, tmp
         assert not rx.store_entry(tmp_path / "driver", key, rx.entry_files(files, res["built"]))
         mine, theirs = (cache_layout.scenes_dir(tmp_path / c) / key for c in ("actor", "driver"))
         assert _bytes(mine) == _bytes(theirs) and (theirs / "done").is_file()
-    # On the driver's node (its cache writable there) nothing is shipped: the entries are in place.
-    assert rx.build_task(unit, 0, spec, str(tmp_path / "actor"), ship=False)["entries"] == {}
+    # On the driver's node (its cache writable there) nothing is shipped: the entries are in place,
+    # and the unit's stems come as their files there, which read back as the shipped unit's bytes.
+    from casu_dataset.dataset.scene_cache import StemFile, stems_loaded
+
+    here = rx.build_task(unit, 0, spec, str(tmp_path / "actor"), ship=False)
+    assert here["entries"] == {} and set(here["cues"]) == set(res["cues"])
+    assert all(isinstance(v, StemFile) for e, _ in here["built"].values() for v in e["flac"].values())
+    assert len(pickle.dumps(here["built"])) < audio / 50
+    assert stems_loaded(here["built"]) == {s: (e, True) for s, (e, _) in res["built"].items()}
 
 
 def test_warm_actors_are_adopted_and_build_the_same_bytes(cluster, local, spec, tmp_path):

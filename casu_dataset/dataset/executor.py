@@ -19,7 +19,7 @@ from casu_dataset.core.signals import ignoring_sigint
 from casu_dataset.dataset.config import ConfigError
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.rows import delivered, unit_cues
-from casu_dataset.dataset.scene_cache import build_unit
+from casu_dataset.dataset.scene_cache import build_unit, stems_by_reference, stems_loaded
 from casu_dataset.dataset.worker_stack import THREAD_VARS, forkserver_serves, worker_threads
 from casu_dataset.families.compile import FamilyScene
 
@@ -157,15 +157,16 @@ def _pool_build(job):
     st = _POOL_STATE
     builder = st["builder"]
     before = dict(builder.timings)
-    built = None
+    built, where = None, {}
     try:
         follow_plan(builder, plan)
-        built = build_unit(unit, st["seed"], builder, st["cache_dir"])
+        built = build_unit(unit, st["seed"], builder, st["cache_dir"], where=where)
     except Exception:  # noqa: BLE001  (reported again, with the same reason, when the parent assembles)
         pass
     cues = unit_cues(unit, built)
     spent = {k: v - before.get(k, 0.0) for k, v in builder.timings.items()}
-    return os.getpid(), loaded_models(builder), spent, built, cues
+    # The stems go as their files in the cache the parent shares (it reads them back).
+    return os.getpid(), loaded_models(builder), spent, stems_by_reference(built, where), cues
 
 
 class PoolRun:
@@ -220,6 +221,7 @@ class PoolRun:
             raise StopIteration
         pid, loaded, spent, built, cues = self.results.popleft().get()
         self._submit()
+        built = stems_loaded(built)
         self.models[pid] = loaded
         if self.timings is not None:
             for k, v in spent.items():

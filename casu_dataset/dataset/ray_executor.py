@@ -35,7 +35,7 @@ from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.rows import delivered, unit_cues
-from casu_dataset.dataset.scene_cache import build_unit
+from casu_dataset.dataset.scene_cache import build_unit, stems_by_reference, stems_loaded
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +99,21 @@ def build_task(
     `built`'s stems given as (scene id, stem) instead, so each unit's audio travels once."""
     cache = _local_cache(cache_dir)
     touched: list[str] = []
+    where: dict = {}
     builder = _builder(spec)
     built, error = None, None
     try:
         follow_plan(builder, plan)
-        built = build_unit(unit, seed, builder, cache, touched)
+        built = build_unit(unit, seed, builder, cache, touched, where)
     except Exception as err:  # reported again, with the same reason, when the driver assembles
         error = f"{type(err).__name__}: {err}"
     cues = unit_cues(unit, built)
-    entries = _entries(cache, touched, built) if ship or cache != Path(cache_dir) else {}
+    shipped = ship or cache != Path(cache_dir)
+    entries = _entries(cache, touched, built) if shipped else {}
     return {
         "error": error,
-        "built": built,
+        # In the driver's own cache, the stems go as their files there (the driver reads them back).
+        "built": built if shipped else stems_by_reference(built, where),
         "cues": cues,
         "entries": entries,
         "pid": os.getpid(),
@@ -415,7 +418,7 @@ class RayRun:
         stats["stored"] += sum(
             store_entry(self.cache_dir, k, entry_files(f, built)) for k, f in res["entries"].items()
         )
-        self.held[i] = delivered(built, res["cues"])
+        self.held[i] = delivered(stems_loaded(built), res["cues"])
         self._top_up()
 
     def close(self) -> None:

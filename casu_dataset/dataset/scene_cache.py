@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from casu_dataset import __version__
 from casu_dataset.core import atomic, cache_layout
@@ -106,13 +107,22 @@ def scene_key(scene, seed: int, builder, settings: dict | None = None) -> str:
 
 
 def build_scene(
-    scene, seed: int, builder, cache_dir: Path, settings: dict | None = None, touched: list | None = None
+    scene,
+    seed: int,
+    builder,
+    cache_dir: Path,
+    settings: dict | None = None,
+    touched: list | None = None,
+    where: dict | None = None,
 ) -> tuple[dict, bool]:
     """{annotation, flac: {mixture, background, speech, events}} for one scene, from cache if present.
-    `touched` (a list) collects the cache keys used (the Ray executor ships those entries)."""
+    `touched` (a list) collects the cache keys used (the Ray executor ships those entries);
+    `where` (a dict) gets the scene's cache folder under its id (stems_by_reference)."""
     d = cache_layout.scenes_dir(cache_dir) / scene_key(scene, seed, builder, settings)
     if touched is not None:
         touched.append(d.name)
+    if where is not None:
+        where[scene.script.id] = d
     if (d / "done").is_file():
         return _load_built(d), True
     return _store_built(d, builder.build(scene.script, seed, **(settings or {}))), False
@@ -153,7 +163,9 @@ def _store(d: Path, files: dict[str, bytes]) -> None:
         tmp.replace(d)
 
 
-def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = None) -> tuple[dict, bool]:
+def build_locked_scene(
+    scene, builder, cache_dir: Path, touched: list | None = None, where: dict | None = None
+) -> tuple[dict, bool]:
     """A scene realized from the builder's lock (casu_dataset/dataset/lock.py), cached under a key of its
     lock entry and the rendering code: {annotation, flac, drift}."""
     from casu_dataset.mix.realize_locked import realize_locked
@@ -173,6 +185,8 @@ def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = N
     d = cache_layout.scenes_dir(cache_dir) / key
     if touched is not None:
         touched.append(d.name)
+    if where is not None:
+        where[scene.script.id] = d
     if (d / "done").is_file():
         flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
         return {
@@ -192,30 +206,36 @@ def build_locked_scene(scene, builder, cache_dir: Path, touched: list | None = N
 
 
 def build_unit(
-    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+    unit: list,
+    seed: int,
+    builder,
+    cache_dir: Path,
+    touched: list | None = None,
+    where: dict | None = None,
 ) -> dict[str, tuple[dict, bool]]:
     """scene id -> (built, cache hit) for a unit; a family shares timeline, levels and clip gain.
     A builder with a lock realizes every scene from it (no retrieval, Whisper or gain decision);
-    a realization-2 builder without one builds realization 2 (build_unit_other_recordings)."""
+    a realization-2 builder without one builds realization 2 (build_unit_other_recordings).
+    `where` (a dict) gets each scene's cache folder under its id."""
     if getattr(builder, "lock", None) is not None:
-        return {s.script.id: build_locked_scene(s, builder, cache_dir, touched) for s in unit}
+        return {s.script.id: build_locked_scene(s, builder, cache_dir, touched, where) for s in unit}
     if getattr(builder, "realization", 1) == 2:
-        return build_unit_other_recordings(unit, seed, builder, cache_dir, touched)
-    return _build_unit_first_realization(unit, seed, builder, cache_dir, touched)
+        return build_unit_other_recordings(unit, seed, builder, cache_dir, touched, where)
+    return _build_unit_first_realization(unit, seed, builder, cache_dir, touched, where)
 
 
 def _build_unit_first_realization(
-    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None, where: dict | None = None
 ):
     """Realization 1 of a unit without a lock: each layer on the clip retrieval picks for it (near
     ties drawn from the seed); a family's variants are built together (build_family)."""
     if getattr(unit[0], "family_id", ""):
         out = build_family(
-            unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched)
+            unit, builder, seed, lambda v, st: build_scene(v, seed, builder, cache_dir, st, touched, where)
         )
     else:
         (scene,) = unit
-        out = {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched)}
+        out = {scene.script.id: build_scene(scene, seed, builder, cache_dir, touched=touched, where=where)}
     marker = _unit_marker(unit, seed, builder, cache_dir)
     if not marker.is_file():
         atomic.write_text(marker, "ok")
@@ -265,7 +285,7 @@ def other_recordings_key(scene, seed: int, builder, refs: dict) -> str:
 
 
 def build_unit_other_recordings(
-    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None
+    unit: list, seed: int, builder, cache_dir: Path, touched: list | None = None, where: dict | None = None
 ) -> dict[str, tuple[dict, bool]]:
     """Realization 2 of a unit (casu_dataset/mix/second_realization.py): scene id -> ({annotation, flac},
     cache hit). The variants of a family are prepared together (they share one non-speech headroom)."""
@@ -278,6 +298,8 @@ def build_unit_other_recordings(
     }
     if touched is not None:
         touched.extend(d.name for d in dirs.values())
+    if where is not None:
+        where.update(dirs)
     if all((d / "done").is_file() for d in dirs.values()):
         return {sid: (_load_built(d), True) for sid, d in dirs.items()}
 
@@ -299,6 +321,60 @@ def build_unit_other_recordings(
         res = named(p.scene, other_recordings.render, builder, p, fam)
         other_recordings.check_same_timeline(p.ann1, res.annotation)
         out[sid] = (_store_built(dirs[sid], res), False)
+    return out
+
+
+class StemFile(NamedTuple):
+    """A stem as a worker on the driver's machine sends it: the scene-cache file that holds it. The
+    driver reads it back (stems_loaded), one copy from the page cache, instead of receiving the
+    bytes pickled through a pipe or Ray's object store (three copies, on both processes' CPUs)."""
+
+    path: str
+    size: int
+
+
+def stems_by_reference(built: dict | None, where: dict) -> dict | None:
+    """`built` (build_unit's, `where` filled by the same call) with each stem given as its cache
+    file (StemFile) where the scene's folder is complete and the file has the stem's size; any
+    other stem stays bytes. The cache is content-keyed: a complete folder holds what every build
+    of its key writes, so reading it gives what a cache hit gives."""
+    if built is None:
+        return None
+    out = {}
+    for sid, (b, hit) in built.items():
+        d = where.get(sid)
+        folder = Path(d) if d is not None and (Path(d) / "done").is_file() else None
+        flac: dict = {}
+        for stem, data in b["flac"].items():
+            f = folder / f"{stem}.flac" if folder is not None else None
+            try:
+                same = f is not None and f.stat().st_size == len(data)
+            except OSError:
+                same = False
+            flac[stem] = StemFile(str(f), len(data)) if same else data
+        out[sid] = ({**b, "flac": flac}, hit)
+    return out
+
+
+def stems_loaded(built: dict | None) -> dict | None:
+    """`built` with every StemFile read back as bytes; None when one is gone or is not the size it
+    was (the caller then builds the unit itself, from the cache, as for a unit its worker failed)."""
+    if built is None:
+        return None
+    out = {}
+    for sid, (b, hit) in built.items():
+        flac = {}
+        for stem, v in b["flac"].items():
+            if isinstance(v, StemFile):
+                try:
+                    data = Path(v.path).read_bytes()
+                except OSError:
+                    return None
+                if len(data) != v.size:
+                    return None
+                v = data
+            flac[stem] = v
+        out[sid] = ({**b, "flac": flac}, hit)
     return out
 
 
