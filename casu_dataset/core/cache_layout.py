@@ -20,6 +20,7 @@ SOURCE_CHECKS = "source_checks"  # source audio measurements (source_check.py)
 MODELS = "models"  # models converted for offline use (llm/local.py)
 LLM_RESPONSES = "llm_responses.sqlite"  # responses of the writer and critic LLMs (llm/cache.py)
 BENCH = "bench"  # benchmark inputs made once (benchmarks/)
+PARSED_YAML = "parsed_yaml"  # library files as parsed, by their text's hash (strict_yaml.py)
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -64,3 +65,7 @@ def llm_responses_file(cache_dir: str | Path | None = None) -> Path:
 
 def bench_dir(cache_dir: str | Path | None = None) -> Path:
     return cache_root(cache_dir) / BENCH
+
+
+def parsed_yaml_dir(cache_dir: str | Path | None = None) -> Path:
+    return cache_root(cache_dir) / PARSED_YAML

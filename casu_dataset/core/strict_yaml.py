@@ -4,7 +4,9 @@ an error naming the key and both lines. `.yml` files count as YAML wherever a fo
 
 from __future__ import annotations
 
+import hashlib
 import io
+import marshal
 from pathlib import Path
 
 import yaml
@@ -101,6 +103,47 @@ def safe_load(text: str, name: str | Path | None = None, max_nodes: int | None =
         except Exception:  # noqa: BLE001  (the pure loader fails it again, with its snippet)
             pass
     return _load(_StrictLoader, text, name, max_nodes)
+
+
+# A library file as parsed, memoised on disk: the family library's ~1 MB of YAML takes ~0.2 s to
+# parse (libyaml included) in every build, test and command that compiles it; its marshal, ~10 ms.
+PARSED_VERSION = 1  # bump whenever what safe_load returns for a text changes (the constructors)
+_DIGEST = 32  # an entry: the sha256 of its payload, then the payload (marshal of the value)
+
+
+def _parsed_path(text: str, cache_dir: str | Path | None) -> Path:
+    from casu_dataset.core import cache_layout
+
+    key = hashlib.sha256(f"{PARSED_VERSION}\0{yaml.__version__}\0{text}".encode("utf-8", "surrogatepass"))
+    return cache_layout.parsed_yaml_dir(cache_dir) / f"{key.hexdigest()[:40]}.marshal"
+
+
+def load_library_text(text: str, name: str | Path | None = None, cache_dir: str | Path | None = None):
+    """safe_load(text, name), memoised in cache_layout.parsed_yaml_dir(cache_dir) under the sha256
+    of the text (with PyYAML's version and PARSED_VERSION). A hit is the value parsing gives: marshal
+    keeps every type YAML's safe loader makes but timestamps, the order of keys and the sharing of
+    aliased values. Errors are not memoised (each read raises them anew, with the file's name);
+    a value marshal cannot hold (a YAML timestamp) is parsed each time; an entry that cannot be
+    read, fails its checksum or cannot be written costs only the parse."""
+    path = _parsed_path(text, cache_dir)
+    try:
+        blob = path.read_bytes()
+        if hashlib.sha256(blob[_DIGEST:]).digest() == blob[:_DIGEST]:
+            return marshal.loads(blob[_DIGEST:])
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    data = safe_load(text, name)
+    try:
+        payload = marshal.dumps(data, 4)
+    except ValueError:  # a timestamp (or a recursive alias): not memoised
+        return data
+    try:
+        from casu_dataset.core import atomic
+
+        atomic.write_bytes(path, hashlib.sha256(payload).digest() + payload)
+    except OSError:  # a read-only or full cache: the parse stands
+        pass
+    return data
 
 
 def _load(loader_class, text: str, name: str | Path | None, max_nodes: int | None):

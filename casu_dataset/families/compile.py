@@ -133,7 +133,7 @@ def naming_violations(question: str, fills: dict[str, Fill]) -> list[str]:
 
 def _load_file(path: Path) -> list[tuple[int, dict]]:
     try:
-        data = strict_yaml.safe_load(strict_yaml.read_library_file(path), path)
+        data = strict_yaml.load_library_text(strict_yaml.read_library_file(path), path)
     except UnicodeDecodeError:
         raise FamilyError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as err:

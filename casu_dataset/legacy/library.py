@@ -88,7 +88,7 @@ class Scenario(_Strict):
 
 def _load_file(path: Path) -> list[Scenario]:
     try:
-        data = strict_yaml.safe_load(strict_yaml.read_library_file(path), path)
+        data = strict_yaml.load_library_text(strict_yaml.read_library_file(path), path)
     except UnicodeDecodeError as err:
         raise LibraryError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except OSError as err:
