@@ -175,3 +175,53 @@ def test_stems_go_by_reference_only_from_a_complete_folder_and_come_back_only_in
     assert stems_loaded(sent) is None
     (where["s1"] / "mixture.flac").unlink()  # gone
     assert stems_loaded(sent) is None
+
+
+def test_the_workers_stop_while_the_files_are_written_and_a_failed_stop_loses_nothing(
+    session_cache, tmp_path, monkeypatch, caplog
+):
+    """Once the last unit is in, the pool is stopped on the driver's thread while the writer's IO
+    threads encode the files (after every write is queued, before the writer waits for them); a
+    failure to stop it is a warning, and the dataset is written all the same."""
+    from casu_dataset.dataset import executor, writer
+
+    spec = {"cache": str(session_cache), "check_speech": False}
+    events: list[str] = []
+    real_close, real_submit, real_drain = (
+        executor.PoolRun.close,
+        writer.FolderWriter._submit,
+        writer.FolderWriter._drain,
+    )
+
+    def close(self):
+        if self.pool is not None:
+            events.append("close")
+            real_close(self)
+            raise RuntimeError("the pool would not stop")
+
+    monkeypatch.setattr(executor.PoolRun, "close", close)
+    monkeypatch.setattr(
+        writer.FolderWriter,
+        "_submit",
+        lambda self, *a, **k: (events.append("write"), real_submit(self, *a, **k))[1],
+    )
+    monkeypatch.setattr(
+        writer.FolderWriter, "_drain", lambda self: (events.append("drain"), real_drain(self))[1]
+    )
+
+    def build(name, **kw):
+        config = BuildConfig(
+            out=tmp_path / name, cache=tmp_path / f"c{name}", progress=False, max_skips=None, **kw
+        )
+        return build_dataset(
+            config, compile_families(FIXTURE), fixture_builder(session_cache), builder_spec=spec
+        )
+
+    one = build("one")
+    events.clear()
+    with caplog.at_level("WARNING"):
+        pool = build("pool", num_proc=2)
+    assert pool.built == one.built and _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
+    assert events.count("close") == 1 and events.count("drain") == 1
+    assert events.index("close") == events.index("drain") - 1 and "write" in events[: events.index("close")]
+    assert "the pool would not stop" in caplog.text

@@ -235,8 +235,6 @@ def build_dataset(
             for c, r in unit_rows.items():
                 writer.add(c, r, cues)
                 written[c].extend(_digest(light(x)) for x in r)
-        if ready is not None:
-            ready.close()
         report.seconds["scenes"] = time.perf_counter() - t0
         if rv is not None:
             for _, msg in rv.bad_lines:
@@ -285,15 +283,25 @@ def build_dataset(
                     "mode": "written",
                 }
 
-        writer.finish(rows, report, settings, on_configs)
+        # The workers are idle now: they stop (Ray's disconnect alone takes ~0.3 s) while the
+        # writer's threads encode the files.
+        writer.finish(rows, report, settings, on_configs, while_writing=lambda: _stop(ready))
     except BaseException:
         writer.abort()
         raise
     finally:
-        if ready is not None:
-            ready.close()  # stops the workers (after a failure, before they build the rest)
+        _stop(ready)  # after a failure, before they build the rest
     report.seconds["write"] = time.perf_counter() - t0
     return report
+
+
+def _stop(ready) -> None:
+    """Stop the workers once every unit is in; a failure to stop them costs nothing built."""
+    if ready is not None:
+        try:
+            ready.close()
+        except Exception as err:  # noqa: BLE001  (the files are being written from the units)
+            log.warning("stopping the build's workers failed (%s: %s)", type(err).__name__, err)
 
 
 def _lock_entry(scene_id: str, built: dict, builder) -> dict:

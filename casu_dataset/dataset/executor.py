@@ -250,3 +250,4 @@ class PoolRun:
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()
+            self.pool = None

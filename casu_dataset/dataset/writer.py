@@ -325,10 +325,13 @@ class FolderWriter:
             io.shutdown()
         self._io.clear()
 
-    def finish(self, rows: dict, report: BuildReport, settings: dict, on_configs=None) -> None:
+    def finish(
+        self, rows: dict, report: BuildReport, settings: dict, on_configs=None, while_writing=None
+    ) -> None:
         """`rows`: every config's rows as written (light() is enough): the card is made from them.
         `on_configs(config_hashes)` runs once the parquet files are final and before the card is
-        written (build --relock writes the lock there, so the card can name it)."""
+        written (build --relock writes the lock there, so the card can name it). `while_writing()`
+        runs on this thread once every file's last writes are queued (the IO threads write)."""
         from casu_dataset.formats import build_manifest
 
         self._start()
@@ -343,6 +346,8 @@ class FolderWriter:
                     self._flush(c, empty_ok=True, close=True)
                 else:
                     self._submit(c, self._close_last, c)
+            if while_writing is not None:
+                while_writing()
             self._drain()
             known = {}
             for c in dataset_configs():
