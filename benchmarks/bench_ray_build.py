@@ -6,8 +6,8 @@ Ray with 2 workers on a running 2-CPU cluster (started and stopped outside the r
 shared cluster is), plus Ray on a two-node cluster on this machine (`ray.cluster_utils.Cluster`,
 one CPU a node) at the smallest N.
 
-Every row is a fresh Python process and starts from the same state: the same warm speech cache
-and the same warm query-embedding cache (both filled by one warm-up build of the largest N
+Every row is a fresh Python process and starts from the same state: the same warm speech cache,
+query-embedding cache and parsed-library memo (all filled by one warm-up build of the largest N
 beforehand, as a user's second build finds them), an empty scene cache, no model loaded. With the
 query vectors on disk the driver plans the retrieval without loading sentence-transformers (or
 importing torch); `rows.*.driver_heavy_imports` shows what it did import. A row's seconds are the
