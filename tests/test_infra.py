@@ -73,6 +73,7 @@ def test_casu_cache_moves_every_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CASU_CACHE", str(tmp_path))
     assert cache_layout.source_checks_dir() == tmp_path / "source_checks"
     assert cache_layout.llm_responses_file() == tmp_path / "llm_responses.sqlite"
+    assert cache_layout.parsed_yaml_dir() == tmp_path / "parsed_yaml"
     assert cache_layout.scenes_dir(cache_layout.build_dir()) == tmp_path / "build" / "scenes"
 
 
