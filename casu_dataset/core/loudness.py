@@ -3,11 +3,10 @@
 `measure_lufs` is pyloudnorm's integrated loudness (`integrated_loudness`: its algorithm, ported).
 The mixer also needs the loudness of each 30 s stem for every scene; the K-weighting filter is
 linear and time-invariant, so the K-weighted stem equals the sum of the time-shifted K-weighted
-clips. `kweight` filters a
-clip once (cached by the caller) and `gated_lufs` applies pyloudnorm's exact gating to block
-energies summed exactly in integers, so they are vectorised and the same on every CPU;
-`RunningEnergy` serves any window of one clip (a bed cut differently in each scene). Tests
-check both against pyloudnorm."""
+clips. `kweight` filters a clip once (cached by the caller) and `gated_lufs` applies pyloudnorm's
+exact gating to block energies summed exactly in integers, so they are vectorised and the same on
+every CPU; `RunningEnergy` serves any window of one clip (a bed cut differently in each scene).
+Tests check both against pyloudnorm."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import InputError
 
 SUFFIXES = (".yaml", ".yml")
@@ -112,8 +113,6 @@ _DIGEST = 32  # an entry: the sha256 of its payload, then the payload (marshal o
 
 
 def _parsed_path(text: str, cache_dir: str | Path | None) -> Path:
-    from casu_dataset.core import cache_layout
-
     key = hashlib.sha256(f"{PARSED_VERSION}\0{yaml.__version__}\0{text}".encode("utf-8", "surrogatepass"))
     return cache_layout.parsed_yaml_dir(cache_dir) / f"{key.hexdigest()[:40]}.marshal"
 
@@ -138,8 +137,6 @@ def load_library_text(text: str, name: str | Path | None = None, cache_dir: str 
     except ValueError:  # a timestamp (or a recursive alias): not memoised
         return data
     try:
-        from casu_dataset.core import atomic
-
         atomic.write_bytes(path, hashlib.sha256(payload).digest() + payload)
     except OSError:  # a read-only or full cache: the parse stands
         pass

@@ -343,7 +343,7 @@ def stems_by_reference(built: dict | None, where: dict) -> dict | None:
     out = {}
     for sid, (b, hit) in built.items():
         d = where.get(sid)
-        folder = Path(d) if d is not None and (Path(d) / "done").is_file() else None
+        folder = d if d is not None and (d / "done").is_file() else None
         flac: dict = {}
         for stem, data in b["flac"].items():
             f = folder / f"{stem}.flac" if folder is not None else None

@@ -363,7 +363,7 @@ def is_family_library(folder: str | Path) -> bool:
     files = strict_yaml.yaml_files(folder) if folder.is_dir() else [folder]
     for f in files:
         try:
-            data = strict_yaml.safe_load(f.read_text(encoding="utf-8"), f)
+            data = strict_yaml.load_library_text(f.read_text(encoding="utf-8"), f)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(data, list) and data and isinstance(data[0], dict):
