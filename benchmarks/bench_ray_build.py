@@ -77,7 +77,7 @@ def build_row(
         from casu_dataset.dataset.ray_executor import warm_ray
 
         kw = {"executor": "ray"}
-        opts = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        cpus = None
         if row == RUNNING:
             kw["ray_address"] = address  # warm_ray connects (and the run only disconnects at the end)
         elif row == MULTINODE:
@@ -85,10 +85,13 @@ def build_row(
 
             cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
             cluster.add_node(num_cpus=1)
+            opts = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             ray.init(address=cluster.address, **opts)
         else:
-            ray.init(num_cpus=int(row.split("_")[1]), **opts)
-        warm_ray(spec, address)
+            # The build starts its local cluster, as `build --executor ray` does (of 1 CPU for ray_1),
+            # and stops it while its files are written.
+            cpus = int(row.split("_")[1])
+        warm_ray(spec, address, num_cpus=cpus)
         res["ray_start_s"] = time.perf_counter() - t0
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
@@ -108,11 +111,10 @@ def build_row(
         rep = build_dataset(config, scenes, builder, builder_spec=spec)
         res["build_s"] = time.perf_counter() - t
     finally:
-        if row.startswith("ray") and row != RUNNING:
+        if cluster is not None:
             import ray
 
             ray.shutdown()
-        if cluster is not None:
             cluster.shutdown()
     res.update(scenes=len(rep.built), skipped=len(rep.skipped), stages={**rep.seconds})
     # What the driver process imported: with warm caches, none of the model stacks.
