@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import ROOT
 
-from casu_dataset.core.isa import portable_env
+from casu_dataset.core.isa import portable_env, unforced_env
 from casu_dataset.families.compile import DEFAULT_FAMILY_LIBRARY, compile_families
 from casu_dataset.formats.lock import lock_path, read_lock
 
@@ -171,7 +171,9 @@ def emulated(native):
     cache_dir = native[0]
     spec = json.loads((cache_dir / "spec.json").read_text())
     pinned = portable_env()
-    unpinned = {k: v for k, v in os.environ.items() if k not in pinned or pinned[k] == v}
+    # The real CPUID path: a forced ISA setting in this environment (a machine may export
+    # OPENBLAS_CORETYPE=Haswell) would override it, or crash an emulated SSE4.2 CPU.
+    unpinned = {k: v for k, v in unforced_env().items() if k not in pinned or pinned[k] == v}
     turns = [*spec["turns"], *({"key": k, "text": x, "voice": v} for k, x, v in ESPEAK)]
 
     def run(job: tuple[int, tuple[str, str, list[dict]]]) -> tuple[str, str, dict, float]:

@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from casu_dataset.core.isa import SETTINGS, describe, env_for
+from casu_dataset.core.isa import FORCED_VARS, SETTINGS, describe, env_for, portable_env, unforced_env
 
 pytestmark = pytest.mark.slow
 
@@ -76,3 +76,14 @@ def test_env_for_names_unknown_settings_and_resets_inherited_overrides():
     env = env_for("native", {"CT2_FORCE_CPU_ISA": "GENERIC", "PATH": "/bin"})
     assert env == {"PATH": "/bin"}
     assert "torch" in describe()
+
+
+def test_unforced_and_portable_envs_drop_every_inherited_isa_setting():
+    """A machine that exports a forced setting (OPENBLAS_CORETYPE=Haswell) must not reach a process
+    meant to take its CPU's own kernels (tests/test_cross_cpu.py's emulated mixes) or the pin."""
+    inherited = {"OPENBLAS_CORETYPE": "Haswell", "NPY_DISABLE_CPU_FEATURES": "AVX2"}
+    inherited["OPENBLAS_L2_SIZE"] = "512"  # a cache size, not a kernel choice: kept
+    assert unforced_env({**inherited, "PATH": "/bin"}) == {"OPENBLAS_L2_SIZE": "512", "PATH": "/bin"}
+    pinned = portable_env(inherited)
+    assert "OPENBLAS_CORETYPE" not in pinned and "NPY_DISABLE_CPU_FEATURES" not in pinned
+    assert set(FORCED_VARS) == {k for s in SETTINGS.values() for k in s}

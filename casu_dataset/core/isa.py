@@ -63,12 +63,23 @@ PORTABLE_ENV: dict[str, str] = {
 }
 
 
+FORCED_VARS = frozenset(k for s in SETTINGS.values() for k in s)
+
+
+def unforced_env(base: dict | None = None) -> dict[str, str]:
+    """The environment (`base`, default this process's) less every forced ISA setting: a process
+    that takes its own CPU's kernels. An inherited one can do worse than mislead: with
+    OPENBLAS_CORETYPE=Haswell, numpy's import runs AVX2 code on an SSE4.2 CPU (SIGILL)."""
+    env = dict(os.environ if base is None else base)
+    for k in FORCED_VARS:
+        env.pop(k, None)
+    return env
+
+
 def portable_env(base: dict | None = None) -> dict[str, str]:
     """The environment of a process whose kernels are pinned to `PORTABLE_ENV` (a forced ISA
     setting inherited from the caller is dropped: the pin says everything it needs)."""
-    env = dict(os.environ if base is None else base)
-    for k in {k for s in SETTINGS.values() for k in s}:
-        env.pop(k, None)
+    env = unforced_env(base)
     env.update(PORTABLE_ENV)
     return env
 
@@ -83,9 +94,7 @@ def env_for(name: str, base: dict | None = None) -> dict[str, str]:
     """The environment of a process forced to setting `name` (KeyError naming the settings)."""
     if name not in SETTINGS:
         raise KeyError(f"ISA setting {name!r}: expected one of {', '.join(SETTINGS)}")
-    env = dict(os.environ if base is None else base)
-    for k in {k for s in SETTINGS.values() for k in s}:
-        env.pop(k, None)  # a setting says everything it forces; nothing leaks in from the caller
+    env = unforced_env(base)  # a setting says everything it forces; nothing leaks in from the caller
     env.update(SETTINGS[name])
     return env
 
@@ -96,7 +105,7 @@ def describe() -> dict:
     import numpy as np
 
     out: dict[str, str | dict[str, str]] = {
-        "forced": {k: os.environ[k] for s in SETTINGS.values() for k in s if k in os.environ}
+        "forced": {k: os.environ[k] for k in sorted(FORCED_VARS) if k in os.environ}
     }
     try:
         import torch
