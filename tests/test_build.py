@@ -140,6 +140,30 @@ def test_interrupted_build_resumes(built, builder, work):
     assert _bytes(out) == _bytes(work / "out3")
 
 
+def test_entries_an_os_crash_left_incomplete_are_built_again(built, builder, work):
+    """The scene cache is not flushed before its renames: after an OS crash an entry can be in
+    place with a stem empty or short, or with an empty `done`. Its `done` lists every file's size,
+    so such an entry counts as absent, is built again and replaces the broken one."""
+    from casu_dataset.dataset.scene_cache import entry_complete
+
+    out, rep, scenes, invalid = built
+    cache = work / "cache_crash"
+    shutil.copytree(work / "cache", cache)
+    entries = sorted(p for p in (cache / "build" / "scenes").iterdir() if p.is_dir())
+    sizes = json.loads((entries[0] / "done").read_text())["sizes"]
+    assert sizes == {p.name: p.stat().st_size for p in entries[0].iterdir() if p.name != "done"}
+    (entries[0] / "mixture.flac").write_bytes(b"")  # delayed allocation: the data never reached the disk
+    half = (entries[1] / "speech.flac").read_bytes()
+    (entries[1] / "speech.flac").write_bytes(half[: len(half) // 2])
+    (entries[2] / "done").write_text("")
+    assert not any(entry_complete(e) for e in entries[:3]) and all(entry_complete(e) for e in entries[3:])
+    rep4 = build_dataset(_config(work / "out4", cache), scenes, builder, invalid=invalid)
+    assert rep4.cached == len(rep4.built) - 3
+    assert _bytes(out) == _bytes(work / "out4")
+    assert all(entry_complete(e) for e in entries)
+    assert not [p for p in (cache / "build" / "scenes").iterdir() if "broken" in p.name]
+
+
 def test_shards_merge_to_the_single_build(built, builder, work):
     out, rep, scenes, invalid = built
     for i in range(2):

@@ -26,7 +26,6 @@ import atexit
 import json
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,14 @@ from casu_dataset.core import atomic, cache_layout
 from casu_dataset.core.errors import Field
 from casu_dataset.dataset.retrieval_plan import follow_plan, loaded_models
 from casu_dataset.dataset.rows import delivered, unit_cues
-from casu_dataset.dataset.scene_cache import build_unit, stems_by_reference, stems_loaded
+from casu_dataset.dataset.scene_cache import (
+    DONE,
+    build_unit,
+    entry_complete,
+    put_entry,
+    stems_by_reference,
+    stems_loaded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +54,6 @@ MAX_RETRIES = 3  # restarts of an actor whose process died, and retries of its c
 # share each asks for, and whether it started the cluster (which its adopter then stops).
 _WARM: dict = {}
 IN_FLIGHT = 2  # calls queued per actor: the next unit is there when one finishes
-DONE = "done"  # an entry's last file: it is complete when this exists
 _LOCAL: list = []  # the head Node of the local cluster _start_local started, until _stop_local
 
 
@@ -129,7 +134,7 @@ def _entries(cache: Path, touched: list[str], built: dict | None) -> dict:
     out = {}
     for key in dict.fromkeys(touched):
         d = cache_layout.scenes_dir(cache) / key
-        if (d / DONE).is_file():
+        if entry_complete(d):
             files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
             out[key] = {f: stems.get(b, b) for f, b in files.items()}
     return out
@@ -299,20 +304,18 @@ def release_warm() -> None:
 
 
 def store_entry(cache_dir: Path, key: str, files: dict[str, bytes]) -> bool:
-    """Write a shipped cache entry unless present; atomic like build_scene's own writes."""
+    """Write a shipped cache entry unless a complete one is present; atomic like build_scene's own
+    writes (`done`, which lists the other files' sizes, last; an incomplete entry is replaced)."""
     d = cache_layout.scenes_dir(cache_dir) / key
-    if (d / DONE).is_file():
+    if entry_complete(d):
         return False
     tmp = atomic.tmp_path(d)
     tmp.mkdir(parents=True, exist_ok=True)
     for f, b in files.items():
         if f != DONE:
             (tmp / f).write_bytes(b)
-    (tmp / DONE).write_bytes(files[DONE])  # last: an entry is complete when `done` exists
-    if d.exists():  # a half-written entry of a killed run: replace it
-        shutil.rmtree(d, ignore_errors=True)
-    tmp.replace(d)
-    return True
+    (tmp / DONE).write_bytes(files[DONE])
+    return put_entry(tmp, d)
 
 
 def prebuild_ray(units: list, seed: int, spec: dict, cache_dir: Path, **kw) -> None:

@@ -2,7 +2,8 @@
 determines it (script, seed, mix settings, retrieval settings, catalog, voices, and the source of
 the code that renders a scene), so an interrupted build resumes where it stopped and a rebuild
 with the same inputs writes byte-identical files. A scene is written to a temp folder
-(atomic.tmp_path) and renamed into place; `clean_scene_cache` removes the folders of killed writers."""
+(atomic.tmp_path) and renamed into place, its `done` file last, listing every other file's size
+(entry_complete); `clean_scene_cache` removes the folders of killed writers."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ RENDER_SOURCES = (
 )
 _CODE_ROOT = Path(__file__).parent.parent  # the casu_dataset package
 STEMS = ("mixture", "background", "speech", "events")
+DONE = "done"  # an entry's last file: {"sizes": {file: bytes}} of every other file
+LEGACY_DONE = "ok"  # `done` before it held the sizes: complete when present, as then
 
 
 @functools.lru_cache(maxsize=4)
@@ -123,9 +126,32 @@ def build_scene(
         touched.append(d.name)
     if where is not None:
         where[scene.script.id] = d
-    if (d / "done").is_file():
+    if entry_complete(d):
         return _load_built(d), True
     return _store_built(d, builder.build(scene.script, seed, **(settings or {}))), False
+
+
+def entry_complete(d: Path) -> bool:
+    """Whether the cache entry `d` is complete: its `done` file lists every other file with the
+    size it has. The files are not flushed to disk before the rename (a flush per scene would cost
+    every build), so after an OS crash an entry can be in place with a file empty or short, or an
+    empty `done`; such an entry counts as absent and is built again (_store replaces it)."""
+    try:
+        text = (d / DONE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if text == LEGACY_DONE:
+        return True
+    try:
+        sizes = json.loads(text)["sizes"]
+        return bool(sizes) and all((d / f).stat().st_size == n for f, n in sizes.items())
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return False
+
+
+def done_text(files: dict[str, bytes]) -> str:
+    """The `done` file of an entry holding `files`."""
+    return json.dumps({"sizes": {f: len(b) for f, b in files.items()}}, sort_keys=True)
 
 
 def _load_built(d: Path) -> dict:
@@ -140,27 +166,41 @@ def _store_built(d: Path, res) -> dict:
     """Cache a MixResult in `d` and return its {annotation, flac} as a cache hit would (the
     annotation read back, so a fresh build and a hit give the same JSON)."""
     flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
-    _store(
-        d,
-        {
-            "annotation.json": json.dumps(res.annotation, sort_keys=True).encode(),
-            **{f"{k}.flac": b for k, b in flac.items()},
-        },
-    )
-    return {"annotation": json.loads((d / "annotation.json").read_text()), "flac": flac}
+    annotation = json.dumps(res.annotation, sort_keys=True).encode()
+    _store(d, {"annotation.json": annotation, **{f"{k}.flac": b for k, b in flac.items()}})
+    return {"annotation": json.loads(annotation), "flac": flac}
 
 
 def _store(d: Path, files: dict[str, bytes]) -> None:
-    """Write a scene's files to a temp folder and rename it to `d` (`done` marks it complete)."""
+    """Write a scene's files to a temp folder, `done` last, and rename it to `d`."""
     tmp = atomic.tmp_path(d)
     tmp.mkdir(parents=True, exist_ok=True)
     for name, b in files.items():
         (tmp / name).write_bytes(b)
-    (tmp / "done").write_text("ok")
-    if d.exists():  # a concurrent build finished the same scene first
+    (tmp / DONE).write_text(done_text(files))
+    put_entry(tmp, d)
+
+
+def put_entry(tmp: Path, d: Path) -> bool:
+    """Rename the complete entry `tmp` to `d`, unless a complete `d` is there (a concurrent build
+    finished the same key first: the same content); an incomplete one (an OS crash's) is replaced.
+    True when `tmp` went in. A failed rename loses nothing: the caller has the content."""
+    if entry_complete(d):
         shutil.rmtree(tmp, ignore_errors=True)
-    else:
+        return False
+    if d.exists():
+        broken = atomic.tmp_path(d.with_name(d.name + "-broken"))  # clean_scene_cache's if left
+        try:
+            d.replace(broken)
+        except OSError:
+            pass  # another build moved it first
+        shutil.rmtree(broken, ignore_errors=True)
+    try:
         tmp.replace(d)
+    except OSError:  # another build's entry took the name meanwhile (or the folder is unwritable)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+    return True
 
 
 def build_locked_scene(
@@ -187,7 +227,7 @@ def build_locked_scene(
         touched.append(d.name)
     if where is not None:
         where[scene.script.id] = d
-    if (d / "done").is_file():
+    if entry_complete(d):
         flac = {k: (d / f"{k}.flac").read_bytes() for k in STEMS}
         return {
             "annotation": entry["annotation"],
@@ -300,7 +340,7 @@ def build_unit_other_recordings(
         touched.extend(d.name for d in dirs.values())
     if where is not None:
         where.update(dirs)
-    if all((d / "done").is_file() for d in dirs.values()):
+    if all(entry_complete(d) for d in dirs.values()):
         return {sid: (_load_built(d), True) for sid, d in dirs.items()}
 
     def named(scene, fn, *args):
@@ -343,7 +383,7 @@ def stems_by_reference(built: dict | None, where: dict) -> dict | None:
     out = {}
     for sid, (b, hit) in built.items():
         d = where.get(sid)
-        folder = d if d is not None and (d / "done").is_file() else None
+        folder = d if d is not None and entry_complete(d) else None
         flac: dict = {}
         for stem, data in b["flac"].items():
             f = folder / f"{stem}.flac" if folder is not None else None
