@@ -353,6 +353,13 @@ def no_torchcodec(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchcodec", None)
 
 
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` by its relative path: two builds are the same artifact when equal."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
 def question_counts(folder: Path) -> dict[str, int]:
     """Rows per multiple-choice config of a built folder."""
     import pyarrow.parquet as pq

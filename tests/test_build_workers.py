@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import fixture_builder
+from conftest import fixture_builder, folder_bytes
 
 from casu_dataset.dataset.build import build_dataset
 from casu_dataset.dataset.config import BuildConfig
@@ -17,12 +17,6 @@ from casu_dataset.families.compile import compile_families
 from casu_dataset.formats.lock import lock_path, read_lock
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
-
-
-def _bytes(folder: Path) -> dict:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
 
 
 def _record(found: dict) -> list:
@@ -70,7 +64,7 @@ def test_a_locked_build_on_workers_loads_no_model(session_cache, tmp_path):
     pool = build(tmp_path / "pool", tmp_path / "c2", num_proc=2)
     assert one.lock["mode"] == pool.lock["mode"] == "followed"
     assert pool.built == one.built and len(pool.built) == 8
-    assert _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
+    assert folder_bytes(tmp_path / "pool") == folder_bytes(tmp_path / "one")
     models = pool.workers["worker_models"]
     assert models and all(m == [] for m in models.values()), models
 
@@ -97,7 +91,7 @@ def test_workers_forked_from_the_warmed_fork_server_build_the_same_bytes(session
     one, pool = build("one"), build("pool", num_proc=2)
     assert pool.workers["worker_start"] == "forkserver"
     assert pool.built == one.built and len(pool.built) == 8
-    assert _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
+    assert folder_bytes(tmp_path / "pool") == folder_bytes(tmp_path / "one")
     record = build_manifest.read(tmp_path / "pool")
     assert record is not None
     files = [p for p in sorted((tmp_path / "pool").rglob("*.parquet"))]
@@ -221,7 +215,7 @@ def test_the_workers_stop_while_the_files_are_written_and_a_failed_stop_loses_no
     events.clear()
     with caplog.at_level("WARNING"):
         pool = build("pool", num_proc=2)
-    assert pool.built == one.built and _bytes(tmp_path / "pool") == _bytes(tmp_path / "one")
+    assert pool.built == one.built and folder_bytes(tmp_path / "pool") == folder_bytes(tmp_path / "one")
     assert events.count("close") == 1 and events.count("drain") == 1
     assert events.index("close") == events.index("drain") - 1 and "write" in events[: events.index("close")]
     assert "the pool would not stop" in caplog.text

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import folder_bytes
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
@@ -20,12 +21,6 @@ from casu_dataset.families.compile import compile_families  # noqa: E402
 from casu_dataset.mix.realize import make_builder  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
-
-
-def _bytes(folder: Path) -> dict:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +59,7 @@ def local(tmp_path_factory, spec):
 def test_ray_build_is_byte_identical(cluster, local, spec, tmp_path):
     rep = _build(tmp_path / "out", compile_families(FIXTURE), spec, tmp_path / "cache", "ray")
     assert rep.built == local[1].built and rep.cached == 8  # every scene came from the Ray-filled cache
-    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    assert folder_bytes(tmp_path / "out") == folder_bytes(local[0])
     # Long-lived actors, one per CPU, that loaded no model: the driver planned the retrieval and
     # the speech cache is warm.
     models = rep.workers["worker_models"]
@@ -99,7 +94,7 @@ def test_killed_worker_is_retried_and_output_identical(cluster, local, spec, tmp
     rep, killed = _build_killing_a_worker(spec, tmp_path, "ray::BuildWorker", 0.05)  # dies mid-task
     assert killed, "no Ray build worker (actor) to kill"
     assert rep.built == local[1].built
-    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    assert folder_bytes(tmp_path / "out") == folder_bytes(local[0])
 
 
 def test_bad_scene_is_skipped_exactly_as_locally(cluster, spec, tmp_path):
@@ -112,7 +107,7 @@ def test_bad_scene_is_skipped_exactly_as_locally(cluster, spec, tmp_path):
     b = _build(tmp_path / "b", scenes, spec, tmp_path / "cb", "ray")
     assert len(a.skipped) == 4 and "nothing pronounceable" in a.skipped[0]["reason"]
     assert b.skipped == a.skipped and b.built == a.built
-    assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
+    assert folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b")
 
 
 def test_driver_takes_the_units_and_cues_the_actors_return(cluster, local, spec, tmp_path, monkeypatch):
@@ -142,11 +137,11 @@ def test_driver_takes_the_units_and_cues_the_actors_return(cluster, local, spec,
     assert measured == [True] * 8  # every variant's cue came from its actor
     assert rep.cues == local[1].cues and rep.cues
     assert rep.built == local[1].built and rep.cached == 8
-    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    assert folder_bytes(tmp_path / "out") == folder_bytes(local[0])
     # The actors' entries are in the driver's cache: a second build (one process) reads them all.
     monkeypatch.setattr(build_mod, "build_unit", real_build_unit)
     again = _build(tmp_path / "again", compile_families(FIXTURE), spec, tmp_path / "cache")
-    assert again.cached == 8 and _bytes(tmp_path / "again") == _bytes(local[0])
+    assert again.cached == 8 and folder_bytes(tmp_path / "again") == folder_bytes(local[0])
 
 
 def test_shipped_entries_carry_each_stem_once_and_store_the_same_files(spec, tmp_path):
@@ -171,7 +166,7 @@ def test_shipped_entries_carry_each_stem_once_and_store_the_same_files(spec, tmp
         assert rx.store_entry(tmp_path / "driver", key, rx.entry_files(files, res["built"]))
         assert not rx.store_entry(tmp_path / "driver", key, rx.entry_files(files, res["built"]))
         mine, theirs = (cache_layout.scenes_dir(tmp_path / c) / key for c in ("actor", "driver"))
-        assert _bytes(mine) == _bytes(theirs) and (theirs / "done").is_file()
+        assert folder_bytes(mine) == folder_bytes(theirs) and (theirs / "done").is_file()
     # On the driver's node (its cache writable there) nothing is shipped: the entries are in place,
     # and the unit's stems come as their files there, which read back as the shipped unit's bytes.
     from casu_dataset.dataset.scene_cache import StemFile, stems_loaded
@@ -194,7 +189,7 @@ def test_warm_actors_are_adopted_and_build_the_same_bytes(cluster, local, spec, 
     assert ray_executor._WARM == {}  # taken by the run
     assert rep.workers["warm_actors"] == 2
     assert rep.built == local[1].built and rep.cached == 8
-    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    assert folder_bytes(tmp_path / "out") == folder_bytes(local[0])
     assert all(m == [] for m in rep.workers["worker_models"].values())
 
 
@@ -209,7 +204,7 @@ def test_a_warm_actor_killed_mid_build_gets_its_job_again(cluster, local, spec, 
     assert killed, "no Ray build worker (actor) building to kill"
     assert rep.workers["warm_actors"] == 2
     assert rep.built == local[1].built
-    assert _bytes(tmp_path / "out") == _bytes(local[0])
+    assert folder_bytes(tmp_path / "out") == folder_bytes(local[0])
 
 
 def test_warm_actors_no_run_took_are_released(cluster, spec):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import folder_bytes
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
@@ -16,12 +17,6 @@ from casu_dataset.families.compile import compile_families  # noqa: E402
 from casu_dataset.mix.realize import make_builder  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "families" / "two_families.yaml"
-
-
-def _bytes(folder: Path) -> dict:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
 
 
 def _build(out, spec, cache, executor="local"):
@@ -44,7 +39,7 @@ def test_two_node_cluster_builds_the_same_bytes(session_cache, tmp_path):
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         rep = _build(tmp_path / "ray", spec, tmp_path / "cache_ray", "ray")
         assert rep.built == local.built and rep.cached == 8  # every scene came from the actors
-        assert _bytes(tmp_path / "ray") == _bytes(tmp_path / "local")
+        assert folder_bytes(tmp_path / "ray") == folder_bytes(tmp_path / "local")
         # An actor on each node (one CPU each), and neither loaded a model.
         models = rep.workers["worker_models"]
         assert len(models) == 2 and all(m == [] for m in models.values()), models

@@ -5,11 +5,13 @@ local build, and every process of it gone when the build returns."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import folder_bytes
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
@@ -45,15 +47,7 @@ print(json.dumps({
 """
 
 
-def _bytes(folder: Path) -> dict:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
-
-
 def test_a_build_starts_a_lean_local_cluster_and_stops_it(session_cache, tmp_path):
-    import os
-
     from casu_dataset.dataset.build import build_dataset
     from casu_dataset.dataset.config import BuildConfig
     from casu_dataset.families.compile import compile_families
@@ -88,7 +82,7 @@ def test_a_build_starts_a_lean_local_cluster_and_stops_it(session_cache, tmp_pat
     assert res["warm_actors"] == 2 and res["built"] == 8 and all(m == [] for m in res["models"])
     # Stopped by the build (while its files were written), not left to the interpreter's exit.
     assert res["local_after"] == 0 and not res["connected_after"] and res["alive_after"] == []
-    assert _bytes(tmp_path / "ray") == _bytes(tmp_path / "local")
+    assert folder_bytes(tmp_path / "ray") == folder_bytes(tmp_path / "local")
 
 
 def test_without_the_private_node_api_ray_init_starts_the_cluster(monkeypatch):

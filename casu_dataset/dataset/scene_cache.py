@@ -164,7 +164,7 @@ def _load_built(d: Path) -> dict:
 
 def _store_built(d: Path, res) -> dict:
     """Cache a MixResult in `d` and return its {annotation, flac} as a cache hit would (the
-    annotation read back, so a fresh build and a hit give the same JSON)."""
+    annotation parsed from the JSON written, so a fresh build and a hit give the same value)."""
     flac = {"mixture": encode_flac(res.mixture), **{k: encode_flac(v) for k, v in res.stems.items()}}
     annotation = json.dumps(res.annotation, sort_keys=True).encode()
     _store(d, {"annotation.json": annotation, **{f"{k}.flac": b for k, b in flac.items()}})
